@@ -1,0 +1,57 @@
+# sforge network isolation. `make test` is what CI runs (.ci/run).
+GO       ?= go
+BIN      ?= bin
+PREFIX   ?= /usr/local
+FUZZTIME ?= 30s
+# Integration tests start daemons and build images: give them room.
+TEST_TIMEOUT ?= 80m
+
+CMDS      := $(notdir $(wildcard cmd/*))
+UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /integration)
+# Static, stripped binaries: the hook and the shim sit on every container
+# start, and bundles built from scratch need static probes.
+GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
+
+.PHONY: all build test test-unit test-integration vet bench fuzz deps install uninstall clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GOBUILD) -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+## test: everything, unit and integration (needs root for the integration part)
+test: deps vet build
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-unit: vet
+	$(GO) test -count=1 $(UNIT_PKGS)
+
+test-integration: deps build
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./integration/...
+
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./bench/...
+
+## fuzz: every fuzz target for FUZZTIME on top of its committed seed corpus
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+## deps: install the system packages the tests need (as root, only when missing)
+deps:
+	@bash hack/deps.sh
+
+install: build
+	PREFIX=$(PREFIX) BIN=$(BIN) ./install.sh
+
+clean:
+	rm -rf $(BIN)

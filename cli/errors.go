@@ -1,0 +1,27 @@
+package cli
+
+import "errors"
+
+// ExitError carries a specific exit code (for example the agent's) out of
+// a command. Main prints its message only when it has one.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return ""
+	}
+	return e.Err.Error()
+}
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// exitCode maps an error returned by a command to the process exit code.
+func exitCode(err error) int {
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return 1
+}

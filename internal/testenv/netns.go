@@ -1,0 +1,28 @@
+package testenv
+
+import (
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+)
+
+// NewNetNS creates a fresh, empty network namespace for one test and
+// removes it when the test ends. It requires root.
+func NewNetNS(t testing.TB) ns.NetNS {
+	t.Helper()
+	RequireRoot(t)
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("failed to create network namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	// A new namespace has loopback down; bring it up like a runtime would.
+	if err := n.Do(func(ns.NetNS) error { return setLinkUp("lo") }); err != nil {
+		t.Fatalf("failed to bring up lo: %v", err)
+	}
+	return n
+}

@@ -1,0 +1,70 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+)
+
+// FuzzDecode: decoding never panics, and whatever it accepts re-encodes to
+// a canonical string that decodes to itself.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		"v1", "v1;tcp:10.0.0.12:8080", "v1;dns:10.96.0.10;else:drop",
+		"v1;tcp:104.18.0.0/16:443;udp:10.0.0.5:4000", "v1;tcp:1.2.3.4/32:1;tcp:1.2.3.4:1",
+		"v2", "", "v1;;", "v1;tcp:::1:80", "v1;else:drop;else:drop",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		a, err := Decode(in)
+		if err != nil {
+			return
+		}
+		c, err := Encode(a)
+		if err != nil {
+			t.Fatalf("Decode(%q) accepted but Encode failed: %v", in, err)
+		}
+		a2, err := Decode(c)
+		if err != nil {
+			t.Fatalf("canonical %q of %q does not decode: %v", c, in, err)
+		}
+		c2, err := Encode(a2)
+		if err != nil || c2 != c {
+			t.Fatalf("canonical form unstable: %q -> %q (%v)", c, c2, err)
+		}
+		if !a.Equal(a2) {
+			t.Fatalf("%q and its canonical %q differ", in, c)
+		}
+		if _, err := Rules(a); err != nil {
+			t.Fatalf("accepted allowlist %q does not render: %v", in, err)
+		}
+	})
+}
+
+// FuzzParseTarget: parsing a URL never panics, and an accepted target
+// re-parses to itself from its canonical URL.
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{
+		"http://10.0.0.12:8080", "https://api.anthropic.com", "https://a.example/v1?x=1#y",
+		"http://user@a", "ftp://a", "http://[::1]:80", "http://a:0", "http://a:", "10.0.0.1:80", "http://%zz",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		tg, err := ParseTarget("--judge-url", raw)
+		if err != nil {
+			if _, ok := err.(*URLError); !ok {
+				t.Fatalf("error %T is not a *URLError", err)
+			}
+			return
+		}
+		if tg.Host == "" || tg.Port == 0 {
+			t.Fatalf("accepted %q with empty host or port: %+v", raw, tg)
+		}
+		again, err := ParseTarget("--judge-url", fmt.Sprintf("%s://%s:%s", tg.Scheme, tg.Host, strconv.Itoa(int(tg.Port))))
+		if err != nil || again != tg {
+			t.Fatalf("%q -> %+v does not round-trip: %+v, %v", raw, tg, again, err)
+		}
+	})
+}
