@@ -1,0 +1,57 @@
+// Package engine applies a rendered allowlist inside a network namespace.
+// It is the one rule engine shared by the OCI hook, the runtime shim and
+// the CNI plugin: they differ in how they learn the namespace and the
+// allowlist, never in how rules are installed.
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Target says where rules go.
+type Target struct {
+	// NetNS is the path of the network namespace: /proc/<pid>/ns/net for a
+	// container, a bind mount such as /var/run/netns/<name> for a Pod.
+	NetNS string
+	// ID is the container or sandbox id; it names the chain
+	// (policy.ChainName), so two containers sharing one namespace each get
+	// their own.
+	ID string
+}
+
+// Report describes a completed installation, for the one log line the
+// caller writes.
+type Report struct {
+	Engine   string        // "iptables-nft", "iptables-legacy", "nftables"
+	Chain    string        // chain (or table) name
+	Rules    int           // rules installed, both families
+	IPv6     string        // "filtered" or "disabled" (sysctl fallback)
+	Duration time.Duration // time spent, namespace entry included
+}
+
+// Engine installs, removes and checks one target's rules.
+type Engine interface {
+	// Name identifies the engine and backend in logs and `sforge doctor`.
+	Name() string
+	// Install replaces the target's rules with those rendered from a, in
+	// one atomic transaction per family, then verifies them. On any error
+	// nothing of ours is left enforcing half a policy: the caller must treat
+	// an error as "not isolated" and refuse to start the container.
+	Install(t Target, a policy.Allowlist) (Report, error)
+	// Remove deletes the target's rules. It succeeds when they are already
+	// gone; it returns an error wrapping ErrNetNSGone when the namespace no
+	// longer exists (callers at stop/DEL treat that as success).
+	Remove(t Target) error
+	// Check verifies that the target's rules match a exactly.
+	Check(t Target, a policy.Allowlist) error
+}
+
+// ErrNetNSGone reports that the target's network namespace does not exist
+// any more: its rules died with it.
+var ErrNetNSGone = errors.New("network namespace is gone")
+
+// ErrNotInstalled reports, from Check, that the target has no rules.
+var ErrNotInstalled = errors.New("sforge rules are not installed")
