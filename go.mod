@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/containernetworking/plugins v1.10.0
 	github.com/docker/docker v28.5.2+incompatible
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/sys v0.49.0
