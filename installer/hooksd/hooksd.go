@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/policy"
@@ -47,9 +48,9 @@ var stageFiles = []struct{ stage, file string }{
 // Engine is the hooks.d config engine, shared by podman and CRI-O.
 type Engine struct {
 	Options installer.Options
-	// Runtime is "podman" or "crio": the name in messages and the binary
-	// Present looks for.
-	Runtime string
+	// Runtimes are the runtimes served ("podman", "crio"): they share the
+	// hooks.d format and directories, so one engine serves both.
+	Runtimes []string
 	// Dirs are the hook directories (DefaultDirs when empty).
 	Dirs     []string
 	LookPath func(string) (string, error)
@@ -58,7 +59,15 @@ type Engine struct {
 var _ installer.Engine = (*Engine)(nil)
 
 // Name implements installer.Engine.
-func (e *Engine) Name() string { return e.Runtime }
+func (e *Engine) Name() string { return strings.Join(e.Runtimes, "+") }
+
+// flag is the install flag that repairs this registration.
+func (e *Engine) flag() string {
+	if len(e.Runtimes) == 0 {
+		return "--podman"
+	}
+	return "--" + e.Runtimes[0]
+}
 
 func (e *Engine) dirs() []string {
 	if len(e.Dirs) > 0 {
@@ -73,8 +82,12 @@ func (e *Engine) Present() bool {
 	if look == nil {
 		look = exec.LookPath
 	}
-	_, err := look(e.Runtime)
-	return err == nil
+	for _, r := range e.Runtimes {
+		if _, err := look(r); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // File is a hooks.d file, version 1.0.0.
@@ -187,17 +200,17 @@ func (e *Engine) Check(context.Context) []installer.Finding {
 			var f File
 			if err := json.Unmarshal(b, &f); err != nil {
 				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
-					Message: fmt.Sprintf("%s is not valid JSON: %v (podman refuses to start containers)", path, err), Fix: "sforge install --" + e.Name()})
+					Message: fmt.Sprintf("%s is not valid JSON: %v (podman refuses to start containers)", path, err), Fix: "sforge install " + e.flag()})
 				continue
 			}
 			if f.Version != "1.0.0" || len(f.Stages) != 1 || f.Stages[0] != sf.stage || f.When.Annotations[KeyPattern] != ValuePattern {
 				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
-					Message: fmt.Sprintf("%s does not select sforge's annotation for stage %s", path, sf.stage), Fix: "sforge install --" + e.Name()})
+					Message: fmt.Sprintf("%s does not select sforge's annotation for stage %s", path, sf.stage), Fix: "sforge install " + e.flag()})
 				continue
 			}
 			if err := installer.Executable(f.Hook.Path); err != nil {
 				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
-					Message: fmt.Sprintf("%s: hook %v", path, err), Fix: "reinstall the binaries (install.sh) or rerun sforge install --" + e.Name() + " --prefix DIR"})
+					Message: fmt.Sprintf("%s: hook %v", path, err), Fix: "reinstall the binaries (install.sh) or rerun sforge install " + e.flag() + " --prefix DIR"})
 				continue
 			}
 			out = append(out, installer.Finding{Check: check, Severity: installer.OK, Message: fmt.Sprintf("%s hook %s (%s)", sf.stage, path, f.Hook.Path)})
@@ -205,10 +218,10 @@ func (e *Engine) Check(context.Context) []installer.Finding {
 	}
 	if found == 0 {
 		out = append(out, installer.Finding{Check: check, Severity: installer.Warning,
-			Message: fmt.Sprintf("no sforge hooks in %v", e.dirs()), Fix: "sforge install --" + e.Name()})
+			Message: fmt.Sprintf("no sforge hooks in %v", e.dirs()), Fix: "sforge install " + e.flag()})
 	} else if found%len(stageFiles) != 0 {
 		out = append(out, installer.Finding{Check: check, Severity: installer.Error,
-			Message: "only some of the sforge hook files are present (both createRuntime and poststop are needed)", Fix: "sforge install --" + e.Name()})
+			Message: "only some of the sforge hook files are present (both createRuntime and poststop are needed)", Fix: "sforge install " + e.flag()})
 	}
 	return out
 }

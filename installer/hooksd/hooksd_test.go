@@ -32,7 +32,7 @@ func podmanMatch(f File, annotations map[string]string) bool {
 }
 
 func TestWhenAnnotations(t *testing.T) {
-	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtime: "podman"}
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}}
 	var f File
 	if err := json.Unmarshal(e.Content("createRuntime"), &f); err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestWhenAnnotations(t *testing.T) {
 func TestInstallUninstall(t *testing.T) {
 	root := t.TempDir()
 	dirs := []string{filepath.Join(root, "usr"), filepath.Join(root, "etc")}
-	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtime: "crio", Dirs: dirs}
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"crio"}, Dirs: dirs}
 	// An unrelated hook in the directory stays.
 	_ = os.MkdirAll(dirs[0], 0o755)
 	other := filepath.Join(dirs[0], "nvidia.json")
@@ -108,7 +108,7 @@ func TestForeignFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sforge-poststop.json")
 	_ = os.WriteFile(path, []byte(`{"version":"1.0.0","hook":{"path":"/usr/bin/other"}}`), 0o644)
-	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtime: "podman", Dirs: []string{dir}}
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}, Dirs: []string{dir}}
 	if _, err := e.Plan(installer.Install); err == nil || !strings.Contains(err.Error(), "not sforge's") {
 		t.Fatalf("install over a foreign file: %v", err)
 	}
@@ -125,7 +125,7 @@ func TestCheck(t *testing.T) {
 	hook := filepath.Join(prefix, "bin", "sforge-hook")
 	_ = os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755)
 	hd := filepath.Join(dir, "hooks.d")
-	e := &Engine{Options: installer.Options{Prefix: prefix}, Runtime: "podman", Dirs: []string{hd}}
+	e := &Engine{Options: installer.Options{Prefix: prefix}, Runtimes: []string{"podman"}, Dirs: []string{hd}}
 	sev := func() []installer.Severity {
 		var s []installer.Severity
 		for _, f := range e.Check(context.Background()) {
