@@ -219,21 +219,21 @@ func (e *Engine) Activate(ctx context.Context, p installer.Plan, w io.Writer) er
 	if err := e.signal(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("failed to send SIGHUP to dockerd (pid %d): %w", pid, err)
 	}
-	timeout := e.ReloadTimeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
+	if e.waitListed(ctx, cl, wantListed) {
+		fmt.Fprintf(w, "docker: reloaded dockerd (pid %d); it %s runtime %s\n", pid, map[bool]string{true: "lists", false: "no longer lists"}[wantListed], installer.RuntimeName)
+		return nil
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		listed, path, err = e.listed(ctx, cl)
-		if err == nil && listed == wantListed && (!wantListed || path == e.Options.RuntimePath()) {
-			fmt.Fprintf(w, "docker: reloaded dockerd (pid %d); it %s runtime %s\n", pid, map[bool]string{true: "lists", false: "no longer lists"}[wantListed], installer.RuntimeName)
+	if !wantListed {
+		// dockerd's reload only replaces settings whose key is in the file:
+		// with "runtimes" gone (the byte-exact restore of a daemon.json
+		// that had none), it keeps the runtimes it loaded. Reload once with
+		// an empty "runtimes", then put the restored bytes back.
+		if ok, err := e.reloadWithEmptyRuntimes(ctx, cl, pid); err != nil {
+			return err
+		} else if ok {
+			fmt.Fprintf(w, "docker: reloaded dockerd (pid %d); it no longer lists runtime %s\n", pid, installer.RuntimeName)
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	what := "does not list"
 	if !wantListed {
@@ -244,6 +244,63 @@ func (e *Engine) Activate(ctx context.Context, p installer.Plan, w io.Writer) er
 		return fmt.Errorf("%s: it reads %s, not %s; rerun with --docker-config %s", msg, mismatch, e.configPath(), mismatch)
 	}
 	return fmt.Errorf("%s: check dockerd's log for a rejected configuration, or restart it (`systemctl restart docker`)", msg)
+}
+
+// waitListed polls the Engine API until the runtime is (or is no longer)
+// listed, for at most ReloadTimeout.
+func (e *Engine) waitListed(ctx context.Context, cl InfoClient, want bool) bool {
+	timeout := e.ReloadTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		listed, path, err := e.listed(ctx, cl)
+		if err == nil && listed == want && (!want || path == e.Options.RuntimePath()) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// reloadWithEmptyRuntimes makes dockerd drop its runtimes when daemon.json
+// has no "runtimes" key: it writes the file with "runtimes": {} added,
+// signals, waits, and always restores the file's bytes.
+func (e *Engine) reloadWithEmptyRuntimes(ctx context.Context, cl InfoClient, pid int) (bool, error) {
+	path := e.configPath()
+	orig, err := installer.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	doc, err := parseObject(orig)
+	if err != nil {
+		return false, fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	if _, has := doc.get("runtimes"); has {
+		return false, nil
+	}
+	doc.set("runtimes", json.RawMessage("{}"))
+	tmp := installer.Plan{Changes: []installer.Change{{Path: path, Before: orig, After: append(doc.render(0), '\n')}}}
+	if err := installer.Apply(tmp); err != nil {
+		return false, err
+	}
+	restore := installer.Plan{Changes: []installer.Change{{Path: path, Before: tmp.Changes[0].After, After: orig}}}
+	if orig == nil {
+		restore.Changes[0].After = nil
+	}
+	defer func() { _ = installer.Apply(restore) }()
+	if err := e.signal(pid, syscall.SIGHUP); err != nil {
+		return false, fmt.Errorf("failed to send SIGHUP to dockerd (pid %d): %w", pid, err)
+	}
+	ok := e.waitListed(ctx, cl, false)
+	if err := installer.Apply(restore); err != nil {
+		return ok, fmt.Errorf("failed to restore %s after the reload: %w", path, err)
+	}
+	restore.Changes = nil
+	return ok, nil
 }
 
 // configMismatch returns the daemon.json dockerd (pid) reads when it is not

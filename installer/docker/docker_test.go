@@ -366,3 +366,53 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// dockerd keeps runtimes on reload when daemon.json has no "runtimes" key;
+// uninstall reloads once with an empty one and restores the bytes after.
+type reloadFake struct {
+	path     string
+	signals  int
+	dropped  bool
+	sawEmpty bool
+}
+
+func (f *reloadFake) Runtimes(context.Context) (map[string]string, error) {
+	if f.dropped {
+		return map[string]string{"runc": "runc"}, nil
+	}
+	return map[string]string{"runc": "runc", "sforge": "/opt/sf/bin/sforge-runtime"}, nil
+}
+func (f *reloadFake) Close() error { return nil }
+
+func (f *reloadFake) signal(int, syscall.Signal) error {
+	f.signals++
+	b, _ := os.ReadFile(f.path)
+	var doc map[string]json.RawMessage
+	_ = json.Unmarshal(b, &doc)
+	if rt, ok := doc["runtimes"]; ok && string(rt) == "{}" {
+		f.sawEmpty, f.dropped = true, true
+	}
+	return nil
+}
+
+func TestActivateUninstallWithoutRuntimesKey(t *testing.T) {
+	orig := "{\n  \"debug\": true\n}\n"
+	e, path := newEngine(t, &orig)
+	f := &reloadFake{path: path}
+	e.Host = "unix:///run/test.sock"
+	e.ReloadTimeout = 200 * time.Millisecond
+	e.NewClient = func(string) (InfoClient, error) { return f, nil }
+	e.PeerPID = func(string) (int, error) { return 7, nil }
+	e.Signal = f.signal
+	e.Cmdline = func(int) ([]string, error) { return []string{"dockerd", "--config-file", path}, nil }
+	var out bytes.Buffer
+	if err := e.Activate(context.Background(), installer.Plan{Op: installer.Uninstall}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if f.signals != 2 || !f.sawEmpty || !strings.Contains(out.String(), "no longer lists") {
+		t.Fatalf("signals %d, saw empty runtimes %v, output %q", f.signals, f.sawEmpty, out.String())
+	}
+	if b, _ := os.ReadFile(path); string(b) != orig {
+		t.Fatalf("daemon.json not restored: %q", b)
+	}
+}
