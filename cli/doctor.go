@@ -16,7 +16,9 @@ import (
 type doctorOptions struct {
 	reg registerOptions
 	// Seams for tests.
-	system      interface{ checks(ctx context.Context) []installer.Finding }
+	system interface {
+		checks(ctx context.Context) []installer.Finding
+	}
 	shimConfig  func() []installer.Finding
 	skipPresent bool // check every engine, installed or not (tests)
 }

@@ -15,7 +15,9 @@ type fakeSystem []installer.Finding
 func (f fakeSystem) checks(context.Context) []installer.Finding { return f }
 
 func TestDoctor(t *testing.T) {
-	ok := func(c string) installer.Finding { return installer.Finding{Check: c, Severity: installer.OK, Message: c + " fine"} }
+	ok := func(c string) installer.Finding {
+		return installer.Finding{Check: c, Severity: installer.OK, Message: c + " fine"}
+	}
 	bad := installer.Finding{Check: "x", Severity: installer.Error, Message: "x is broken", Fix: "repair x"}
 	warn := installer.Finding{Check: "w", Severity: installer.Warning, Message: "w is not registered", Fix: "sforge install --w"}
 	tests := []struct {
