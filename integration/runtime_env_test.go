@@ -327,3 +327,157 @@ func regMustNotExist(t *testing.T, path, what string) {
 		t.Errorf("%s: the container's process ran (marker %s exists): it must never start", what, path)
 	}
 }
+
+// regLANMember is a namespace attached to a regLAN bridge.
+type regLANMember struct {
+	NS     ns.NetNS
+	IPv4   string
+	IPv6   string
+	Bridge string
+}
+
+// regLAN builds, in host, a bridge with gateway addresses 192.0.2.1/24 and
+// 2001:db8:2::1/64 and attaches n fresh namespaces to it (eth0 at
+// 192.0.2.2.., 2001:db8:2::2.., default routes via the gateway). It is
+// what a runtime's bridge network looks like, for runtimes the tests drive
+// with a namespace they made (ctr run --with-ns).
+func regLAN(t *testing.T, host ns.NetNS, n int) []regLANMember {
+	t.Helper()
+	tag := fmt.Sprintf("%05d", time.Now().UnixNano()%100000)
+	br := "sfb" + tag
+	var members []regLANMember
+	err := host.Do(func(ns.NetNS) error {
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: br}}); err != nil {
+			return fmt.Errorf("add bridge: %w", err)
+		}
+		bl, err := netlink.LinkByName(br)
+		if err != nil {
+			return err
+		}
+		for _, a := range []string{"192.0.2.1/24", "2001:db8:2::1/64"} {
+			addr, _ := netlink.ParseAddr(a)
+			addr.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(bl, addr); err != nil {
+				return err
+			}
+		}
+		_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+		_ = os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644)
+		return netlink.LinkSetUp(bl)
+	})
+	if err != nil {
+		t.Fatalf("failed to create the LAN bridge: %v", err)
+	}
+	for i := 0; i < n; i++ {
+		m := regLANMember{NS: testenv.NewNetNS(t), IPv4: fmt.Sprintf("192.0.2.%d", i+2), IPv6: fmt.Sprintf("2001:db8:2::%d", i+2), Bridge: br}
+		hostSide := fmt.Sprintf("sfv%s%d", tag, i)
+		err := host.Do(func(ns.NetNS) error {
+			bl, err := netlink.LinkByName(br)
+			if err != nil {
+				return err
+			}
+			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostSide, MasterIndex: bl.Attrs().Index}, PeerName: hostSide + "p"}
+			if err := netlink.LinkAdd(veth); err != nil {
+				return fmt.Errorf("add veth: %w", err)
+			}
+			hl, err := netlink.LinkByName(hostSide)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(hl); err != nil {
+				return err
+			}
+			peer, err := netlink.LinkByName(hostSide + "p")
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetNsFd(peer, int(m.NS.Fd()))
+		})
+		if err != nil {
+			t.Fatalf("failed to attach namespace %d: %v", i, err)
+		}
+		err = m.NS.Do(func(ns.NetNS) error {
+			l, err := netlink.LinkByName(hostSide + "p")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetName(l, "eth0"); err != nil {
+				return err
+			}
+			for _, a := range []string{m.IPv4 + "/24", m.IPv6 + "/64"} {
+				addr, _ := netlink.ParseAddr(a)
+				addr.Flags = unix.IFA_F_NODAD
+				if err := netlink.AddrAdd(l, addr); err != nil {
+					return err
+				}
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+			for _, gw := range []string{"192.0.2.1", "2001:db8:2::1"} {
+				if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+					return fmt.Errorf("route via %s: %w", gw, err)
+				}
+			}
+			// Unprivileged ICMP, as Docker and podman set it up for their
+			// containers, so the ICMP check means the same everywhere.
+			return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+		})
+		if err != nil {
+			t.Fatalf("failed to configure namespace %d: %v", i, err)
+		}
+		members = append(members, m)
+	}
+	t.Cleanup(func() {
+		_ = host.Do(func(ns.NetNS) error {
+			if l, err := netlink.LinkByName(br); err == nil {
+				_ = netlink.LinkDel(l)
+			}
+			return nil
+		})
+	})
+	return members
+}
+
+// regServeTCP listens on port in n (all addresses, both families) until
+// the test ends: the neighbour's service.
+func regServeTCP(t *testing.T, n ns.NetNS, port int) {
+	t.Helper()
+	var ln net.Listener
+	if err := n.Do(func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+// regChains lists the SFORGE chains in a namespace, both backends and
+// families.
+func regChains(t *testing.T, n ns.NetNS) string {
+	t.Helper()
+	var b strings.Builder
+	_ = n.Do(func(ns.NetNS) error {
+		for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
+			out, _ := exec.Command(save).Output()
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "SFORGE") {
+					b.WriteString(save + ": " + l + "\n")
+				}
+			}
+		}
+		return nil
+	})
+	return b.String()
+}

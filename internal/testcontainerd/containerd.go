@@ -184,3 +184,13 @@ func unmountBelow(dir string) {
 		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
 	}
 }
+
+// CommandOutput runs a command (for example `containerd config dump`) in
+// the daemon's network namespace and returns its combined output.
+func (d *Daemon) CommandOutput(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + d.NetNS.Path(), "--", name}, args...)...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}

@@ -82,8 +82,11 @@ func New(t testing.TB, o Options) *Podman {
 	// default_ulimits = []: this machine cannot raise limits (no
 	// CAP_SYS_RESOURCE). File locks: the default SHM lock segment is shared
 	// by every podman on the host, so parallel private roots would collide.
+	// ping_group_range as in the containers.conf podman ships, so that
+	// unprivileged ICMP works in containers as it does on a stock install.
 	conf := fmt.Sprintf(`[containers]
 default_ulimits = []
+default_sysctls = ["net.ipv4.ping_group_range=0 0"]
 [network]
 network_backend = "cni"
 cni_plugin_dirs = ["/usr/lib/cni"]
