@@ -244,3 +244,43 @@ func TestContainerdReadsResult(t *testing.T) {
 		})
 	}
 }
+
+func FuzzPlan(f *testing.F) {
+	for _, s := range []string{v1Config, v2Config, v3Config, dottedConfig, "", "version = 2\n", "[plugins]\nx = 1", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = {}\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "config.toml")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e := &Engine{Options: installer.Options{Prefix: "/p"}, ConfigPath: path}
+		p, err := e.Plan(installer.Install)
+		if err != nil {
+			return
+		}
+		if err := installer.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		if p2, err := e.Plan(installer.Install); err != nil || !p2.Empty() {
+			t.Fatalf("second install not empty: %+v %v", p2, err)
+		}
+		p3, err := e.Plan(installer.Uninstall)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := installer.Apply(p3); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := installer.ReadFile(path)
+		want := b
+		if len(bytes.TrimSpace(b)) == 0 {
+			want = nil
+		} else if b[len(b)-1] != '\n' {
+			want = append(append([]byte{}, b...), '\n')
+		}
+		if !bytes.Equal(got, want) && !(len(bytes.TrimSpace(b)) == 0 && got == nil) {
+			t.Fatalf("uninstall did not restore %q: got %q", b, got)
+		}
+	})
+}

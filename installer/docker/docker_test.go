@@ -416,3 +416,41 @@ func TestActivateUninstallWithoutRuntimesKey(t *testing.T) {
 		t.Fatalf("daemon.json not restored: %q", b)
 	}
 }
+
+func FuzzPlan(f *testing.F) {
+	for _, s := range []string{userConfig, `{}`, ``, `{"runtimes":{"sforge":{"path":"/x"}}}`, `{"a":1,"a":2}`, `[1]`, `{"runtimes":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "daemon.json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e := &Engine{Options: installer.Options{Prefix: "/p"}, ConfigPath: path}
+		p, err := e.Plan(installer.Install)
+		if err != nil {
+			return
+		}
+		if err := installer.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := os.ReadFile(path)
+		var doc struct {
+			Runtimes map[string]struct{ Path string }
+		}
+		if err := json.Unmarshal(after, &doc); err != nil || doc.Runtimes["sforge"].Path != "/p/bin/sforge-runtime" {
+			t.Fatalf("install produced %q (%v) from %q", after, err, b)
+		}
+		if p2, err := e.Plan(installer.Install); err != nil || !p2.Empty() {
+			t.Fatalf("second install not empty for %q: %+v %v", b, p2, err)
+		}
+		p3, err := e.Plan(installer.Uninstall)
+		if err != nil {
+			t.Fatalf("uninstall plan of our own output: %v", err)
+		}
+		if err := installer.Apply(p3); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
