@@ -288,3 +288,44 @@ func seedInstallRemove(b *testing.B, n ns.NetNS, id string, rs policy.Ruleset) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkHookNothingToDo: the hook process for a container without an
+// allowlist (it reads the state and config.json and exits), against
+// /bin/true: what every container pays where the hook is registered for
+// all containers (podman's hooks.d with an always condition, say).
+func BenchmarkHookNothingToDo(b *testing.B) {
+	testenv.RequireRoot(b)
+	bins := testbundle.Build(b)
+	dir := b.TempDir()
+	data, err := json.Marshal(&specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/x"}, Env: []string{"PATH=/bin"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":%q}`, dir)
+	names := []string{"/bin/true", "sforge-hook, no allowlist"}
+	for range b.N {
+		samples := hookInterleave(b, 100, names, func(v, _ int) time.Duration {
+			cmd := exec.Command("/bin/true")
+			if v == 1 {
+				cmd = exec.Command(bins.Hook, "createRuntime", "--log", filepath.Join(dir, "hook.log"))
+			}
+			cmd.Stdin = strings.NewReader(state)
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			d := time.Since(start)
+			if err != nil || len(out) != 0 {
+				b.Fatalf("%s: %v: %s", names[v], err, out)
+			}
+			return d
+		})
+		var t strings.Builder
+		fmt.Fprintf(&t, "process start to exit, 100 interleaved rounds\n%-26s %10s %10s\n", "variant", "median", "p95")
+		for _, s := range samples {
+			fmt.Fprintf(&t, "%-26s %10s %10s\n", s.name, ms(s.median()), ms(s.p95()))
+		}
+		b.Log("\n" + t.String())
+	}
+}

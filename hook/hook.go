@@ -126,7 +126,7 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	}
 	value, found, err := policy.Lookup(spec.Annotations, processEnv(spec))
 	if err != nil {
-		return refuse(err.Error(), "set the allowlist once")
+		return refuse(err.Error(), "remove the duplicate from the container's environment")
 	}
 	if !found {
 		return nil // not isolated: touch nothing

@@ -185,22 +185,30 @@ func TestPoststop(t *testing.T) {
 func TestMainExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "hook.log")
+	// Argument errors log before --log is known: point the default away
+	// from /var/log.
+	env := func(k string) string {
+		if k == LogEnv {
+			return filepath.Join(dir, "env.log")
+		}
+		return ""
+	}
 	var stderr bytes.Buffer
-	code := Main([]string{"sforge-hook", "bogus"}, strings.NewReader(""), &stderr, func(string) string { return "" })
+	code := Main([]string{"sforge-hook", "bogus"}, strings.NewReader(""), &stderr, env)
 	if code == 0 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "sforge-hook: unknown stage") {
 		t.Fatalf("unknown stage: code %d, stderr %q", code, stderr.String())
 	}
 	// Nothing to do: silent, exit 0, and the log is not needed.
 	stderr.Reset()
 	b := bundle(t, func(s *specs.Spec) { s.Annotations = nil })
-	code = Main([]string{"sforge-hook", "createRuntime", "--log", logPath}, strings.NewReader(state("c1", os.Getpid(), b)), &stderr, func(string) string { return "" })
+	code = Main([]string{"sforge-hook", "createRuntime", "--log", logPath}, strings.NewReader(state("c1", os.Getpid(), b)), &stderr, env)
 	if code != 0 || stderr.Len() != 0 {
 		t.Fatalf("no allowlist: code %d, stderr %q", code, stderr.String())
 	}
 	// A refusal: one line, exit 1, logged too.
 	stderr.Reset()
 	b = bundle(t, func(s *specs.Spec) { s.Annotations[policy.AnnotationKey] = "v2" })
-	code = Main([]string{"sforge-hook", "createRuntime", "--log", logPath}, strings.NewReader(state("c1", os.Getpid(), b)), &stderr, func(string) string { return "" })
+	code = Main([]string{"sforge-hook", "createRuntime", "--log", logPath}, strings.NewReader(state("c1", os.Getpid(), b)), &stderr, env)
 	if code != 1 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "sforge-hook: container c1: invalid sforge.io/egress value") {
 		t.Fatalf("malformed: code %d, stderr %q", code, stderr.String())
 	}
@@ -210,8 +218,11 @@ func TestMainExitCodes(t *testing.T) {
 	}
 	// poststop with bad arguments still exits 0.
 	stderr.Reset()
-	if code := Main([]string{"sforge-hook", "poststop", "--bogus"}, strings.NewReader(""), &stderr, func(string) string { return "" }); code != 0 || stderr.Len() != 0 {
+	if code := Main([]string{"sforge-hook", "poststop", "--bogus"}, strings.NewReader(""), &stderr, env); code != 0 || stderr.Len() != 0 {
 		t.Fatalf("poststop with a bad argument: code %d, stderr %q", code, stderr.String())
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "env.log")); strings.Count(string(data), "unknown") != 2 {
+		t.Fatalf("argument errors not logged to %s: %q", LogEnv, data)
 	}
 }
 

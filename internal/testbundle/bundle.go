@@ -58,7 +58,8 @@ type Options struct {
 	Hook bool
 	// HookArgs are appended to the hook's arguments (--engine ...).
 	HookArgs []string
-	// HookEnv is the hook's environment; nil passes the test's PATH.
+	// HookEnv is the hook's environment; nil passes the test's PATH and
+	// the sbin directories, where iptables lives.
 	HookEnv []string
 	// Edit changes the spec before it is written, for cases the options
 	// do not cover (capabilities, namespaces).
@@ -138,7 +139,7 @@ func New(t testing.TB, o Options) *Bundle {
 	if o.Hook {
 		env := o.HookEnv
 		if env == nil {
-			env = []string{"PATH=" + os.Getenv("PATH")}
+			env = []string{"PATH=" + os.Getenv("PATH") + ":/usr/local/sbin:/usr/sbin:/sbin"}
 		}
 		timeout := 60
 		hook := func(stage string) specs.Hook {
