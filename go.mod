@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/containernetworking/plugins v1.10.0
+	github.com/coreos/go-iptables v0.8.0
 	github.com/docker/docker v28.5.2+incompatible
+	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
