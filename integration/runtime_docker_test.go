@@ -83,6 +83,7 @@ func TestRuntimeDocker(t *testing.T) {
 
 	t.Run("isolated", func(t *testing.T) {
 		out := run(t, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
+		t.Logf("isolated container's report:\n%s", out)
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)

@@ -144,8 +144,12 @@ func regWorld(t *testing.T, n ns.NetNS) {
 			}
 		}
 		// Forwarding is on for Docker's bridge already; make sure the IPv6
-		// judge answers across the bridge too.
+		// judge answers across the bridge too. Interfaces the runtime
+		// creates here later (its bridge) skip duplicate address detection,
+		// so their IPv6 gateway address is usable at once, not seconds later.
 		_ = os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644)
+		_ = os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0"), 0o644)
+		_ = os.WriteFile("/proc/sys/net/ipv6/conf/all/accept_dad", []byte("0"), 0o644)
 		for _, spec := range []struct{ network, addr string }{
 			{"tcp4", regJudgeTCP}, {"tcp4", regJudgeOther}, {"tcp4", regInternetTCP}, {"tcp6", regJudge6TCP},
 		} {
@@ -293,7 +297,7 @@ func regHostGuard(t *testing.T) {
 	})
 }
 
-var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+var regCounters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 func normalizeSave(s string) string {
 	var b strings.Builder
@@ -301,7 +305,7 @@ func normalizeSave(s string) string {
 		if strings.HasPrefix(l, "#") || l == "" {
 			continue
 		}
-		b.WriteString(counters.ReplaceAllString(l, "") + "\n")
+		b.WriteString(regCounters.ReplaceAllString(l, "") + "\n")
 	}
 	return b.String()
 }

@@ -72,14 +72,14 @@ func TestRuntimePodman(t *testing.T) {
 		regExpect(t, out, open)
 	})
 	for _, tc := range []struct {
-		name string
-		args []string
+		name, want string
+		args       []string
 	}{
-		{"malformed annotation", []string{"--annotation", policy.AnnotationAssignment("v1;tcp:nope"), "--cap-drop", "NET_RAW"}},
-		{"NET_RAW kept", []string{"--annotation", annotation}},
-		{"NET_ADMIN", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--cap-add", "NET_ADMIN"}},
-		{"privileged", []string{"--annotation", annotation, "--privileged"}},
-		{"host network", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--network", "host"}},
+		{"malformed annotation", "invalid sforge.io/egress value", []string{"--annotation", policy.AnnotationAssignment("v1;tcp:nope"), "--cap-drop", "NET_RAW"}},
+		{"NET_RAW kept", "CAP_NET_RAW", []string{"--annotation", annotation}},
+		{"NET_ADMIN", "CAP_NET_ADMIN", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--cap-add", "NET_ADMIN"}},
+		{"privileged", "CAP_SYS_ADMIN", []string{"--annotation", annotation, "--privileged"}},
+		{"host network", "no network namespace", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--network", "host"}},
 	} {
 		t.Run("refused/"+tc.name, func(t *testing.T) {
 			markers := t.TempDir()
@@ -91,8 +91,8 @@ func TestRuntimePodman(t *testing.T) {
 			if err == nil {
 				t.Fatalf("podman run succeeded; it must fail:\n%s", out)
 			}
-			if !strings.Contains(out, "sforge") {
-				t.Errorf("podman run failed without our message:\n%s", out)
+			if !strings.Contains(out, "sforge-hook") || !strings.Contains(out, tc.want) {
+				t.Errorf("podman run failed without our message (%q):\n%s", tc.want, out)
 			}
 			regMustNotExist(t, filepath.Join(markers, "ran"), tc.name)
 			t.Logf("podman run refused as expected:\n%s", out)
