@@ -76,12 +76,26 @@ func TestRuntimeContainerd(t *testing.T) {
 		return d.Ctr(ctx, args...)
 	}
 	withNS := "network:" + ctrNS.NS.Path()
-
-	t.Run("isolated", func(t *testing.T) {
-		out, err := run(t, []string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)}, "/bin/sh", "-c", script)
+	// The report goes to a file in a bind mount: ctr can lose the stdout of
+	// a process that exits within milliseconds (its FIFO copy races the
+	// task's deletion), a file cannot be lost.
+	report := func(t *testing.T, flags []string) string {
+		t.Helper()
+		dir := t.TempDir()
+		flags = append([]string{"--mount", "type=bind,src=" + dir + ",dst=/m,options=rbind:rw"}, flags...)
+		out, err := run(t, flags, "/bin/sh", "-c", "("+script+") >/m/report 2>&1")
 		if err != nil {
 			t.Fatalf("ctr run: %v\n%s", err, out)
 		}
+		b, err := os.ReadFile(filepath.Join(dir, "report"))
+		if err != nil {
+			t.Fatalf("no report from the container: %v\n%s", err, out)
+		}
+		return string(b)
+	}
+
+	t.Run("isolated", func(t *testing.T) {
+		out := report(t, []string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)})
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("NET_RAW held:\n%s", out)
@@ -91,10 +105,7 @@ func TestRuntimeContainerd(t *testing.T) {
 		}
 	})
 	t.Run("afterwards without annotation", func(t *testing.T) {
-		out, err := run(t, []string{"--with-ns", withNS}, "/bin/sh", "-c", script)
-		if err != nil {
-			t.Fatalf("ctr run: %v\n%s", err, out)
-		}
+		out := report(t, []string{"--with-ns", withNS})
 		regExpect(t, out, open)
 	})
 	for _, tc := range []struct {
