@@ -21,6 +21,9 @@ const (
 	RuncEnv = "SFORGE_RUNC"
 	// HookName is the hook binary the shim looks for next to itself.
 	HookName = "sforge-hook"
+	// DefaultLogPath is the shim's own log, beside the hook's
+	// (/var/log/sforge/hook.log).
+	DefaultLogPath = "/var/log/sforge/runtime.log"
 	// DefaultHookTimeout bounds each hook run (seconds): a stuck hook must
 	// not hang container creation forever; runc kills it and fails.
 	DefaultHookTimeout = 10
@@ -35,8 +38,8 @@ type Config struct {
 	Runtime string `json:"runtime,omitempty"`
 	// Hook is the sforge-hook binary (default: next to the shim).
 	Hook string `json:"hook,omitempty"`
-	// Log is the shim's own log file; empty: no log of its own (errors
-	// still go to stderr and runc's --log file).
+	// Log is the shim's own log file (DefaultLogPath when unset; "-" for
+	// none: errors still go to stderr and runc's --log file).
 	Log string `json:"log,omitempty"`
 	// HookTimeout is the per-hook timeout in seconds (default 10).
 	HookTimeout int `json:"hookTimeout,omitempty"`
@@ -77,6 +80,12 @@ func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
 	}
 	if c.Hook == "" {
 		c.Hook = filepath.Join(filepath.Dir(self), HookName)
+	}
+	switch c.Log {
+	case "":
+		c.Log = DefaultLogPath
+	case "-":
+		c.Log = ""
 	}
 	if c.HookTimeout <= 0 {
 		c.HookTimeout = DefaultHookTimeout

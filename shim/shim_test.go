@@ -284,7 +284,7 @@ func TestBadConfig(t *testing.T) {
 	}
 	// The runtime pointing at the shim itself would exec in a loop.
 	self, _ := os.Executable()
-	cfg, _ := json.Marshal(Config{Runtime: self})
+	cfg, _ := json.Marshal(Config{Runtime: self, Log: "-"})
 	must(t, os.WriteFile(h.config, cfg, 0o644))
 	r = h.run(t, h.dir, "", "state", "ctr")
 	if r.code == 0 || !strings.Contains(r.stderr, "is sforge-runtime itself") {
@@ -304,7 +304,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	if c.Hook != filepath.Join(dir, "bin", "sforge-hook") || c.HookTimeout != DefaultHookTimeout || c.Runtime == "" {
+	if c.Hook != filepath.Join(dir, "bin", "sforge-hook") || c.HookTimeout != DefaultHookTimeout || c.Runtime == "" || c.Log != DefaultLogPath {
 		t.Fatalf("defaults: %+v", c)
 	}
 	env[RuncEnv] = "/opt/runc"
