@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/containernetworking/plugins v1.10.0
+	github.com/coreos/go-iptables v0.8.0
 	github.com/google/nftables v0.3.0
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
