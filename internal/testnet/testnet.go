@@ -59,6 +59,21 @@ type Topology struct {
 // torn down when the test ends.
 func New(t testing.TB) *Topology {
 	t.Helper()
+	tp := NewBare(t)
+	// Prove the wiring before any rule exists: a broken harness must not
+	// pass as "blocked".
+	for _, addr := range []netip.Addr{JudgeAddr, InternetAddr, JudgeAddr6} {
+		ap := netip.AddrPortFrom(addr, AllowedPort)
+		if o, err := DialTCP(tp.Container, ap, 2*time.Second); o != OK {
+			t.Fatalf("harness: container cannot reach %s before any rule: %s %v", ap, o, err)
+		}
+	}
+	return tp
+}
+
+// NewBare is New without the reachability proof.
+func NewBare(t testing.TB) *Topology {
+	t.Helper()
 	testenv.RequireRoot(t)
 	tp := &Topology{Container: testenv.NewNetNS(t), Judge: testenv.NewNetNS(t)}
 	suffix := randSuffix(t)
@@ -87,7 +102,10 @@ func New(t testing.TB) *Topology {
 	}
 	// The kernel attaches the veth's queue only when its link watcher
 	// sees the carrier, up to a second later; packets sent before are
-	// dropped. Wait for that (operstate up) on both ends.
+	// dropped. IPv6 addresses, even without DAD, stay tentative (and
+	// unanswered in neighbour discovery) until a work item runs after
+	// that, late when other tests' namespaces are being torn down. Wait
+	// for both on both ends, or the first packets cost a 1 s retransmit.
 	for _, end := range []struct {
 		n    ns.NetNS
 		link string
@@ -100,14 +118,6 @@ func New(t testing.TB) *Topology {
 	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", OtherPort))
 	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
 	ServeUDPEcho(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
-	// Prove the wiring before any rule exists: a broken harness must not
-	// pass as "blocked".
-	for _, addr := range []netip.Addr{JudgeAddr, InternetAddr, JudgeAddr6} {
-		ap := netip.AddrPortFrom(addr, AllowedPort)
-		if o, err := DialTCP(tp.Container, ap, 2*time.Second); o != OK {
-			t.Fatalf("harness: container cannot reach %s before any rule: %s %v", ap, o, err)
-		}
-	}
 	return tp
 }
 
@@ -152,10 +162,22 @@ func waitOperUp(link string, limit time.Duration) error {
 			return err
 		}
 		if l.Attrs().OperState == netlink.OperUp {
-			return nil
+			addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+			if err != nil {
+				return err
+			}
+			ready := true
+			for _, a := range addrs {
+				if a.Flags&syscall.IFA_F_TENTATIVE != 0 {
+					ready = false
+				}
+			}
+			if ready {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("link %s is still %s after %v", link, l.Attrs().OperState, limit)
+			return fmt.Errorf("link %s is not ready (operstate %s, IPv6 addresses tentative?) after %v", link, l.Attrs().OperState, limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
