@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -8,7 +9,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	gnft "github.com/google/nftables"
 
+	"github.com/sforge-dev/netiso/engine/engines"
 	nftengine "github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -131,4 +134,42 @@ func TestNftablesEngine(t *testing.T) {
 		setBased:   true,
 		intersects: true,
 	})
+}
+
+// TestAutoChoosesNFTables: on this kernel (6.x, nf_tables) auto picks the
+// nftables engine, and the probe changes nothing in the host's namespace.
+func TestAutoChoosesNFTables(t *testing.T) {
+	testenv.RequireRoot(t)
+	host, err := gnft.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := host.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nftengine.Supported(); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	e, err := engines.New(engines.Auto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Name() != nftengine.Name {
+		t.Fatalf("auto chose %s, want %s", e.Name(), nftengine.Name)
+	}
+	after, err := host.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(ts []*gnft.Table) (out []string) {
+		for _, t := range ts {
+			out = append(out, fmt.Sprintf("%d/%s", t.Family, t.Name))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if !slices.Equal(names(before), names(after)) {
+		t.Fatalf("the probe changed the host's tables: %v -> %v", names(before), names(after))
+	}
 }
