@@ -259,13 +259,18 @@ func setElements(run []policy.Rule) ([]nftables.SetElement, error) {
 		}
 		return int(x.port) - int(y.port)
 	})
+	type service struct {
+		proto policy.Protocol
+		port  uint16
+	}
+	wider := map[service][]netip.Prefix{}
 	var kept []allowEntry
 	for _, e := range entries {
-		covered := slices.ContainsFunc(kept, func(k allowEntry) bool {
-			return k.proto == e.proto && k.port == e.port && k.prefix.Contains(e.prefix.Addr())
-		})
+		svc := service{e.proto, e.port}
+		covered := slices.ContainsFunc(wider[svc], func(w netip.Prefix) bool { return w.Contains(e.prefix.Addr()) })
 		if !covered {
 			kept = append(kept, e)
+			wider[svc] = append(wider[svc], e.prefix)
 		}
 	}
 	elems := make([]nftables.SetElement, 0, len(kept))
