@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -124,8 +125,8 @@ func MapHost() func(ctx context.Context, network, addr string) (net.Conn, error)
 	}
 }
 
-// Echo is what the upstream answers on any path it has no handler for: the
-// request as it arrived.
+// Echo is what the upstream answers on any path but .../sse, .../upgrade
+// and .../bytes: the request as it arrived.
 type Echo struct {
 	Method   string      `json:"method"`
 	Path     string      `json:"path"`
@@ -142,13 +143,21 @@ type Event struct {
 	Sent int64 `json:"sent_unix_nano"`
 }
 
+// handler routes on the last element of the path, so that the endpoints
+// also answer under a proxy target's path prefix (/api/sse is /sse).
 func (u *Upstream) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/sse", u.sse)
-	mux.HandleFunc("/upgrade", upgrade)
-	mux.HandleFunc("/bytes", bytesHandler)
-	mux.HandleFunc("/", echo)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Base(r.URL.Path) {
+		case "sse":
+			u.sse(w, r)
+		case "upgrade":
+			upgrade(w, r)
+		case "bytes":
+			bytesHandler(w, r)
+		default:
+			echo(w, r)
+		}
+	})
 }
 
 func echo(w http.ResponseWriter, r *http.Request) {
