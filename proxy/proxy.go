@@ -22,6 +22,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"sync"
 	"time"
 )
 
@@ -127,14 +128,29 @@ func New(c Config) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: p.transport,
-		// Negative: flush after every write, so each server-sent event
-		// leaves as soon as it arrives instead of waiting for a buffer.
-		FlushInterval: -1,
+		// Zero, not -1: ReverseProxy flushes every write of a streaming
+		// response (text/event-stream, or no Content-Length: chunked
+		// NDJSON, HTTP/2 streams) whatever FlushInterval says, so events
+		// leave as they arrive. For a response of known length, -1 would
+		// only add a write for the headers and one per chunk, which cost
+		// about a quarter of the small-request throughput in our
+		// measurements (BENCHMARKS.md).
+		FlushInterval: 0,
+		BufferPool:    bufferPool{},
 		ErrorHandler:  p.upstreamError,
 		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 	return p, nil
 }
+
+// bufferPool recycles ReverseProxy's copy buffers, which it would
+// otherwise allocate (32 KiB) for every response.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 
 // Target is the upstream base URL.
 func (p *Proxy) Target() *url.URL { u := *p.target; return &u }

@@ -279,35 +279,43 @@ func TestAllowFrom(t *testing.T) {
 
 // TestStreamingLockstep: the upstream sends event i+1 only after the client
 // has received event i, so any buffering in the proxy stalls the stream
-// (the upstream then ends it with an error event) instead of passing.
+// (the upstream then ends it with an error event) instead of passing. Both
+// server-sent events and a chunked stream of another type (NDJSON-style
+// APIs) must flow, over HTTP/1.1 and HTTP/2 upstreams.
 func TestStreamingLockstep(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
-		t.Run(fmt.Sprintf("upstream_h2=%v", h2), func(t *testing.T) {
-			up := proxytest.NewUpstream(t, proxytest.Options{HTTP2: h2})
-			px := startProxy(t, up, Config{Target: mustURL(t, up.URL())})
-			resp, err := http.Get(px.url + "/sse?lockstep=1&n=6")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-				t.Fatalf("Content-Type %q", ct)
-			}
-			br := bufio.NewReader(resp.Body)
-			for i := range 6 {
-				ev, err := proxytest.NextEvent(br)
-				if err != nil {
-					t.Fatalf("event %d: %v", i, err)
-				}
-				if ev.I != i {
-					t.Fatalf("got event %d, want %d", ev.I, i)
-				}
-				up.Ack()
-			}
-			if _, err := proxytest.NextEvent(br); err != io.EOF {
-				t.Fatalf("after the last event: %v, want EOF", err)
-			}
-		})
+		for _, ctype := range []string{"text/event-stream", "application/x-ndjson"} {
+			t.Run(fmt.Sprintf("upstream_h2=%v/%s", h2, ctype), func(t *testing.T) {
+				testLockstep(t, h2, ctype)
+			})
+		}
+	}
+}
+
+func testLockstep(t *testing.T, h2 bool, ctype string) {
+	up := proxytest.NewUpstream(t, proxytest.Options{HTTP2: h2})
+	px := startProxy(t, up, Config{Target: mustURL(t, up.URL())})
+	resp, err := http.Get(px.url + "/sse?lockstep=1&n=6&ctype=" + url.QueryEscape(ctype))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != ctype {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := range 6 {
+		ev, err := proxytest.NextEvent(br)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if ev.I != i {
+			t.Fatalf("got event %d, want %d", ev.I, i)
+		}
+		up.Ack()
+	}
+	if _, err := proxytest.NextEvent(br); err != io.EOF {
+		t.Fatalf("after the last event: %v, want EOF", err)
 	}
 }
 

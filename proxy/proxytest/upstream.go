@@ -191,7 +191,9 @@ func bytesHandler(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// sse streams n events (?n=, default 5) as text/event-stream, flushing each.
+// sse streams n events (?n=, default 5) as text/event-stream (or ?ctype=,
+// e.g. application/x-ndjson for a chunked stream of another kind), flushing
+// each.
 // With ?gap=DURATION it pauses between events; with ?lockstep=1 it sends the
 // next event only after Ack, so a proxy that holds events back makes the
 // stream stall instead of merely arriving late.
@@ -218,7 +220,11 @@ func (u *Upstream) sse(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
+	ctype := q.Get("ctype")
+	if ctype == "" {
+		ctype = "text/event-stream"
+	}
+	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	for i := range n {
