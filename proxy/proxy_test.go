@@ -192,6 +192,13 @@ func TestAPIKeyInjection(t *testing.T) {
 			want:       map[string]string{"X-Gateway-Key": real, "Anthropic-Version": "2023-06-01"},
 		},
 		{
+			name:       "a Connection header cannot strip the injected key",
+			key:        real,
+			header:     "x-api-key",
+			clientSent: map[string]string{"Connection": "X-Api-Key, Authorization"},
+			want:       map[string]string{"X-Api-Key": real},
+		},
+		{
 			name:       "no key: client's credentials pass through",
 			clientSent: map[string]string{"X-Api-Key": "sk-client", "Authorization": "Bearer sk-client"},
 			want:       map[string]string{"X-Api-Key": "sk-client", "Authorization": "Bearer sk-client"},
@@ -380,6 +387,33 @@ func TestUpstreamUnreachable(t *testing.T) {
 	}
 	if !strings.Contains(px.logs.String(), "failed to reach upstream") {
 		t.Fatalf("no log:\n%s", px.logs)
+	}
+}
+
+// TestAbsoluteURIStaysOnTarget: a request in absolute form (how a client
+// talks to a forward proxy) still goes to the target, so the proxy cannot
+// be used to reach anything else.
+func TestAbsoluteURIStaysOnTarget(t *testing.T) {
+	up := proxytest.NewUpstream(t, proxytest.Options{})
+	px := startProxy(t, up, Config{Target: mustURL(t, up.URL())})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(px.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET http://198.51.100.1:8080/steal?x=1 HTTP/1.1\r\nHost: 198.51.100.1:8080\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e proxytest.Echo
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("status %d: %v", resp.StatusCode, err)
+	}
+	if want := fmt.Sprintf("%s:%d", proxytest.Host, up.Port); e.Host != want || e.Path != "/steal" {
+		t.Fatalf("upstream saw Host %q path %q; want the target %s", e.Host, e.Path, want)
 	}
 }
 
