@@ -2,7 +2,10 @@ package hook
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/sforge-dev/netiso/engine/engines"
 )
 
 // Stages of the OCI runtime-spec the hook serves. createRuntime runs in the
@@ -25,20 +28,27 @@ const LogEnv = "SFORGE_HOOK_LOG"
 type Options struct {
 	Stage   string
 	LogPath string
-	// Engine is "auto", "iptables", "iptables-nft" or "iptables-legacy".
+	// Engine is one of engines.Names: --engine, else SFORGE_ENGINE, else
+	// auto (nftables where the kernel supports it, else iptables).
 	Engine string
 }
 
 // Usage is the one-line synopsis printed with argument errors.
-const Usage = "usage: sforge-hook createRuntime|prestart|poststop [--log FILE] [--engine auto|iptables|iptables-nft|iptables-legacy]"
+var Usage = "usage: sforge-hook createRuntime|prestart|poststop [--log FILE] [--engine " + strings.Join(engines.Names, "|") + "]"
 
 // ParseArgs parses the arguments after the program name. They are few and
 // fixed, so they are parsed by hand: a flag library would only add start-up
 // time to every container start.
 func ParseArgs(args []string, getenv func(string) string) (Options, error) {
-	o := Options{LogPath: DefaultLogPath, Engine: "auto"}
+	o := Options{LogPath: DefaultLogPath, Engine: engines.Auto}
 	if v := getenv(LogEnv); v != "" {
 		o.LogPath = v
+	}
+	if v := getenv(engines.EnvVar); v != "" {
+		if !slices.Contains(engines.Names, v) {
+			return o, fmt.Errorf("unknown engine %q in %s (allowed: %s)", v, engines.EnvVar, strings.Join(engines.Names, ", "))
+		}
+		o.Engine = v
 	}
 	if len(args) == 0 {
 		return o, fmt.Errorf("missing stage (want %s, %s or %s)", StageCreateRuntime, StagePrestart, StagePoststop)
@@ -69,12 +79,10 @@ func ParseArgs(args []string, getenv func(string) string) (Options, error) {
 		case "--log":
 			o.LogPath = value
 		case "--engine":
-			switch value {
-			case "auto", "iptables", "iptables-nft", "iptables-legacy":
-				o.Engine = value
-			default:
-				return o, fmt.Errorf("unknown engine %q for --engine (allowed: auto, iptables, iptables-nft, iptables-legacy)", value)
+			if !slices.Contains(engines.Names, value) {
+				return o, fmt.Errorf("unknown engine %q for --engine (allowed: %s)", value, strings.Join(engines.Names, ", "))
 			}
+			o.Engine = value
 		}
 	}
 	return o, nil

@@ -30,7 +30,10 @@ func TestParseArgs(t *testing.T) {
 		{"unknown argument", []string{"createRuntime", "--verbose"}, noEnv, Options{}, `unknown argument "--verbose"`},
 		{"missing value", []string{"createRuntime", "--log"}, noEnv, Options{}, "--log needs a value"},
 		{"empty value", []string{"createRuntime", "--log="}, noEnv, Options{}, "--log needs a value"},
-		{"bad engine", []string{"createRuntime", "--engine", "ebpf"}, noEnv, Options{}, "allowed: auto, iptables, iptables-nft, iptables-legacy"},
+		{"bad engine", []string{"createRuntime", "--engine", "ebpf"}, noEnv, Options{}, "allowed: auto, nftables, iptables, iptables-nft, iptables-legacy"},
+		{"engine from env", []string{"createRuntime"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "nftables"}, ""},
+		{"argument beats env engine", []string{"createRuntime", "--engine=iptables"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "iptables"}, ""},
+		{"bad env engine", []string{"createRuntime"}, env(map[string]string{"SFORGE_ENGINE": "pf"}), Options{}, "unknown engine \"pf\" in SFORGE_ENGINE"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -35,12 +36,7 @@ func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) 
 		fmt.Fprintf(stderr, "sforge-hook: %v; %s\n", err, Usage)
 		return 2
 	}
-	eng, err := NewEngine(opts.Engine)
-	if err != nil { // ParseArgs validated the name; this is a bug
-		fmt.Fprintf(stderr, "sforge-hook: %v\n", err)
-		return 2
-	}
-	h := &Hook{Engine: eng, Log: log}
+	h := &Hook{EngineName: opts.Engine, Log: log}
 	if err := h.Run(opts.Stage, stdin); err != nil {
 		fmt.Fprintln(stderr, "sforge-hook: "+oneLine(err.Error()))
 		return 1
@@ -48,23 +44,14 @@ func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) 
 	return 0
 }
 
-// NewEngine returns the rule engine named by --engine.
-func NewEngine(name string) (engine.Engine, error) {
-	switch name {
-	case "", "auto", "iptables":
-		return iptables.New(iptables.Options{}), nil
-	case "iptables-nft":
-		return iptables.New(iptables.Options{Backend: iptables.NFT}), nil
-	case "iptables-legacy":
-		return iptables.New(iptables.Options{Backend: iptables.Legacy}), nil
-	}
-	return nil, fmt.Errorf("unknown engine %q", name)
-}
-
 // Hook runs stages for containers.
 type Hook struct {
-	Engine engine.Engine
-	Log    *Logger
+	// Engine applies the rules; when nil, the engine named EngineName
+	// (see engines.Names) is opened the first time there is work, so that
+	// a container without an allowlist costs no kernel probe.
+	Engine     engine.Engine
+	EngineName string
+	Log        *Logger
 	// HostNetNS are the namespaces a container must not share; nil means
 	// init's and the hook's own.
 	HostNetNS []string
@@ -108,6 +95,17 @@ func (h *Hook) Run(stage string, stdin io.Reader) error {
 		return err
 	}
 	return nil
+}
+
+func (h *Hook) engine() (engine.Engine, error) {
+	if h.Engine == nil {
+		e, err := engines.New(h.EngineName)
+		if err != nil {
+			return nil, err
+		}
+		h.Engine = e
+	}
+	return h.Engine, nil
 }
 
 func (h *Hook) hostNetNS() []string {
@@ -154,7 +152,11 @@ func (h *Hook) install(stage string, st *specs.State) error {
 		return refuse("the container's network namespace is the host's (--network host)",
 			"give the container a network of its own (not --network host)")
 	}
-	rep, err := h.Engine.Install(engine.Target{NetNS: nsPath, ID: st.ID}, a)
+	eng, err := h.engine()
+	if err != nil {
+		return refuse("no rule engine: "+err.Error(), "force one with --engine or "+engines.EnvVar)
+	}
+	rep, err := eng.Install(engine.Target{NetNS: nsPath, ID: st.ID}, a)
 	if err != nil {
 		return refuse("failed to install the egress rules: "+err.Error(), installFix(err))
 	}
@@ -201,7 +203,12 @@ func (h *Hook) poststop(st *specs.State) {
 		return
 	}
 	start := time.Now()
-	err = h.Engine.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
+	eng, err := h.engine()
+	if err != nil {
+		h.Log.Printf("remove container=%s error: %v", st.ID, err)
+		return
+	}
+	err = eng.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
 	result := "ok"
 	switch {
 	case errors.Is(err, engine.ErrNetNSGone):
@@ -210,7 +217,7 @@ func (h *Hook) poststop(st *specs.State) {
 		result = "error: " + err.Error()
 	}
 	h.Log.Printf("remove container=%s engine=%s netns=%s duration=%s result=%s",
-		st.ID, h.Engine.Name(), n.Path, time.Since(start).Round(time.Microsecond), result)
+		st.ID, eng.Name(), n.Path, time.Since(start).Round(time.Microsecond), result)
 }
 
 // oneLine joins the lines of a message (errors.Join output, say) so that

@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
-	"github.com/sforge-dev/netiso/engine/iptables"
+	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testnet"
@@ -32,19 +33,19 @@ func requireRunc(t *testing.T) {
 
 // reachChecks are the probe's checks: every way out the topology offers.
 var reachChecks = []string{
-	"tcp", testnet.Addr(testnet.JudgeIP, testnet.JudgePort),
-	"tcp", testnet.Addr(testnet.JudgeIP, testnet.OtherPort),
-	"udp", testnet.Addr(testnet.JudgeIP, testnet.DNSPort),
-	"tcp", testnet.Addr(testnet.JudgeIP, testnet.DNSPort),
-	"udp", testnet.Addr(testnet.JudgeIP, testnet.UDPPort),
-	"icmp", testnet.JudgeIP,
-	"tcp", testnet.Addr(testnet.InternetIP, testnet.JudgePort),
-	"tcp6", testnet.Addr(testnet.JudgeIP6, testnet.JudgePort),
-	"udp6", testnet.Addr(testnet.JudgeIP6, testnet.DNSPort),
+	"tcp", probeTarget(testnet.JudgeAddr, testnet.AllowedPort),
+	"tcp", probeTarget(testnet.JudgeAddr, testnet.OtherPort),
+	"udp", probeTarget(testnet.JudgeAddr, testnet.DNSPort),
+	"tcp", probeTarget(testnet.JudgeAddr, testnet.DNSPort),
+	"udp", probeTarget(testnet.JudgeAddr, testnet.UDPPort),
+	"icmp", testnet.JudgeAddr.String(),
+	"tcp", probeTarget(testnet.InternetAddr, testnet.AllowedPort),
+	"tcp6", probeTarget(testnet.JudgeAddr6, testnet.AllowedPort),
+	"udp6", probeTarget(testnet.JudgeAddr6, testnet.DNSPort),
 	"loopback", "127.0.0.1",
 	"loopback", "::1",
-	"udp", testnet.Addr(testnet.EmbeddedDNS, testnet.DNSPort),
-	"tcp", testnet.Addr(testnet.EmbeddedDNS, testnet.DNSPort),
+	"udp", probeTarget(testnet.EmbeddedDNS, testnet.DNSPort),
+	"tcp", probeTarget(testnet.EmbeddedDNS, testnet.DNSPort),
 }
 
 // everything is the probe keys of reachChecks plus the marker.
@@ -72,7 +73,17 @@ func requireReach(t *testing.T, out string, ok ...string) {
 	}
 }
 
-func hookArgs(b iptables.Backend) []string { return []string{"--engine", "iptables-" + string(b)} }
+// probeTarget is "addr:port" ("[addr]:port" for IPv6), as the probe
+// takes it.
+func probeTarget(addr netip.Addr, port int) string {
+	return netip.AddrPortFrom(addr, uint16(port)).String()
+}
+
+// hookEngines are the engines the hook is run with: every test runs on
+// each, through the hook's --engine argument.
+var hookEngines = []string{engines.NFTables, engines.IPTablesNFT, engines.IPTablesLegacy}
+
+func hookArgs(name string) []string { return []string{"--engine", name} }
 
 // requireHookLog checks that the hook logged an install and, when remove,
 // a remove for container id.
@@ -96,7 +107,7 @@ func requireHookLog(t *testing.T, b *testbundle.Bundle, id string, remove bool) 
 // poststop no chain is left and the next container has full reach again.
 func TestHookRuncIsolation(t *testing.T) {
 	requireRunc(t)
-	judge := "tcp " + testnet.Addr(testnet.JudgeIP, testnet.JudgePort)
+	judge := "tcp " + probeTarget(testnet.JudgeAddr, testnet.AllowedPort)
 	loopback := []string{"loopback 127.0.0.1", "loopback ::1"}
 	cases := []struct {
 		name        string
@@ -132,8 +143,8 @@ func TestHookRuncIsolation(t *testing.T) {
 		},
 		{name: "afterwards full reach again", ok: everything()},
 	}
-	for _, b := range engineBackends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, b := range hookEngines {
+		t.Run(b, func(t *testing.T) {
 			tp := testnet.New(t)
 			tp.ServeEmbeddedDNS(t)
 			r := testbundle.NewRunc(t)
@@ -188,16 +199,19 @@ func TestHookRuncPrivateNetNS(t *testing.T) {
 // leaves the first one's rules in force.
 func TestHookRuncSharedNetNS(t *testing.T) {
 	requireRunc(t)
-	for _, b := range engineBackends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, b := range hookEngines {
+		t.Run(b, func(t *testing.T) {
 			tp := testnet.New(t)
 			r := testbundle.NewRunc(t)
-			eng := iptables.New(iptables.Options{Backend: b})
-			judge := "tcp " + testnet.Addr(testnet.JudgeIP, testnet.JudgePort)
-			other := "tcp " + testnet.Addr(testnet.JudgeIP, testnet.OtherPort)
+			eng, err := engines.New(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			judge := "tcp " + probeTarget(testnet.JudgeAddr, testnet.AllowedPort)
+			other := "tcp " + probeTarget(testnet.JudgeAddr, testnet.OtherPort)
 			aFirst := mustDecode(t, "v1;tcp:198.51.100.10:8080")
 			aSecond := mustDecode(t, "v1;tcp:198.51.100.10:9090")
-			checks := []string{"tcp", testnet.Addr(testnet.JudgeIP, testnet.JudgePort), "tcp", testnet.Addr(testnet.JudgeIP, testnet.OtherPort)}
+			checks := []string{"tcp", probeTarget(testnet.JudgeAddr, testnet.AllowedPort), "tcp", probeTarget(testnet.JudgeAddr, testnet.OtherPort)}
 
 			// The first container holds until the test creates "go" in
 			// its marker directory, then probes.
@@ -205,7 +219,7 @@ func TestHookRuncSharedNetNS(t *testing.T) {
 				NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
 				Checks: append([]string{"wait", "/marker/go"}, checks...), Hook: true, HookArgs: hookArgs(b),
 			})
-			firstID, secondID := "shared-first-"+string(b), "shared-second-"+string(b)
+			firstID, secondID := "shared-first-"+b, "shared-second-"+b
 			if err := r.Start(t, first, firstID); err != nil {
 				t.Fatal(err)
 			}
@@ -219,11 +233,17 @@ func TestHookRuncSharedNetNS(t *testing.T) {
 				Checks: checks, Hook: true, HookArgs: hookArgs(b),
 			})
 			res := r.Run(t, second, secondID)
-			// The second chain's jump is on top, so its allowlist decides
-			// while both exist.
+			// While both sets of rules exist, what the shared namespace may
+			// reach depends on the engine. nftables: each table's base chain
+			// must accept, so only what both allowlists allow (here
+			// nothing). iptables: an ACCEPT in the first chain ends OUTPUT,
+			// and the newest chain's jump is on top, so the second
+			// container's allowlist decides. Either way the first's 8080 is
+			// not added to the second's allowlist.
 			got := testbundle.ParseProbe(t, res.Stdout)
-			if !got[other].OK || got[judge].OK {
-				t.Fatalf("second container: %s=%v %s=%v, want only %s\n%s", other, got[other].OK, judge, got[judge].OK, other, res.Output())
+			wantOther := b != engines.NFTables
+			if got[judge].OK || got[other].OK != wantOther {
+				t.Fatalf("second container: %s=%v %s=%v, want %v and false\n%s", other, got[other].OK, judge, got[judge].OK, wantOther, res.Output())
 			}
 			requireHookLog(t, second, secondID, true)
 			if err := eng.Check(engine.Target{NetNS: tp.Container.Path(), ID: secondID}, aSecond); !errors.Is(err, engine.ErrNotInstalled) {
@@ -304,6 +324,8 @@ func TestHookRuncRefusals(t *testing.T) {
 		hookEnv     func(t *testing.T) []string
 		edit        func(*specs.Spec)
 		want        string
+		// iptablesOnly: the failure is of the iptables binaries.
+		iptablesOnly bool
 	}{
 		{name: "no network namespace", annotation: allow, hostNetwork: true, want: "config.json has no network namespace"},
 		{name: "host network namespace path", annotation: allow, hostNetwork: true, netns: hostNetNSMount,
@@ -325,17 +347,20 @@ func TestHookRuncRefusals(t *testing.T) {
 		{name: "capabilities omitted", annotation: allow, edit: func(s *specs.Spec) { s.Process.Capabilities = nil }, want: "lists no capabilities"},
 		{name: "malformed annotation", annotation: "v1;tcp:198.51.100.10", want: `invalid sforge.io/egress value: entry 1 "tcp:198.51.100.10"`},
 		{name: "iptables missing", annotation: allow, hookEnv: func(t *testing.T) []string { return []string{"PATH=" + t.TempDir()} },
-			want: "iptables-restore not found"},
+			want: "iptables-restore not found", iptablesOnly: true},
 		{name: "restore fails", annotation: allow, hookEnv: func(t *testing.T) []string {
 			return []string{"PATH=" + failingRestoreDir(t) + ":" + os.Getenv("PATH")}
-		}, want: "iptables-restore: line 3 failed"},
+		}, want: "iptables-restore: line 3 failed", iptablesOnly: true},
 	}
-	for _, b := range engineBackends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, b := range hookEngines {
+		t.Run(b, func(t *testing.T) {
 			tp := testnet.New(t)
 			r := testbundle.NewRunc(t)
 			for i, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
+					if c.iptablesOnly && !strings.HasPrefix(b, engines.IPTables) {
+						t.Skipf("the %s engine runs no iptables binary", b)
+					}
 					if c.hostNetwork {
 						guardHostRules(t)
 					}
@@ -352,7 +377,7 @@ func TestHookRuncRefusals(t *testing.T) {
 					}
 					bundle := testbundle.New(t, testbundle.Options{
 						NetNS: netns, Annotations: map[string]string{policy.AnnotationKey: c.annotation},
-						Checks: []string{"tcp", testnet.Addr(testnet.InternetIP, testnet.JudgePort)},
+						Checks: []string{"tcp", probeTarget(testnet.InternetAddr, testnet.AllowedPort)},
 						Hook:   true, HookArgs: hookArgs(b), HookEnv: env, Edit: c.edit,
 					})
 					id := fmt.Sprintf("refuse-%s-%d", b, i)
