@@ -194,6 +194,34 @@ func TestHookRuncPrivateNetNS(t *testing.T) {
 	requireHookLog(t, bundle, "private", false)
 }
 
+// TestHookRuncPrestart: runtimes older than the createRuntime hook run it
+// as prestart, at the same point of the container's creation.
+func TestHookRuncPrestart(t *testing.T) {
+	requireRunc(t)
+	tp := testnet.New(t)
+	r := testbundle.NewRunc(t)
+	bundle := testbundle.New(t, testbundle.Options{
+		NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
+		Checks: []string{"tcp", probeTarget(testnet.JudgeAddr, testnet.AllowedPort), "tcp", probeTarget(testnet.JudgeAddr, testnet.OtherPort)},
+		Hook:   true,
+		Edit: func(s *specs.Spec) {
+			h := s.Hooks.CreateRuntime[0]
+			h.Args[1] = "prestart"
+			s.Hooks.Prestart, s.Hooks.CreateRuntime = []specs.Hook{h}, nil //nolint:staticcheck // prestart is what is tested
+		},
+	})
+	res := r.Run(t, bundle, "prestart")
+	got := testbundle.ParseProbe(t, res.Stdout)
+	judge, other := "tcp "+probeTarget(testnet.JudgeAddr, testnet.AllowedPort), "tcp "+probeTarget(testnet.JudgeAddr, testnet.OtherPort)
+	if !got[judge].OK || got[other].OK {
+		t.Fatalf("%s=%v %s=%v, want only the judge port\n%s", judge, got[judge].OK, other, got[other].OK, res.Output())
+	}
+	if !strings.Contains(bundle.Log(), "stage=prestart") {
+		t.Fatalf("no prestart install in the log:\n%s", bundle.Log())
+	}
+	requireNoChains(t, tp.Container)
+}
+
 // TestHookRuncSharedNetNS: two containers in one namespace (docker
 // --network container:X) each get their own rules, both enforced; deleting
 // the second leaves the first one's rules in force.
