@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -432,5 +434,47 @@ func TestHookRuncRefusals(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestHookBinarySilent runs the built hook directly, as a runtime does, to
+// see what runc hides on success: nothing on stdout or stderr, exit 0, for
+// an install and a removal with each engine, and the log lines.
+func TestHookBinarySilent(t *testing.T) {
+	requireIPTables(t)
+	hookBin := testbundle.Build(t).Hook
+	n := testenv.NewNetNS(t)
+	var sleeper *exec.Cmd
+	if err := n.Do(func(ns.NetNS) error {
+		sleeper = exec.Command("sleep", "600")
+		return sleeper.Start()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	bundle := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
+	for _, e := range hookEngines {
+		id := "silent-" + e
+		state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":%d,"bundle":%q}`, id, sleeper.Process.Pid, bundle.Dir)
+		for _, stage := range []string{"createRuntime", "poststop"} {
+			cmd := exec.Command(hookBin, stage, "--log", bundle.LogFile, "--engine", e)
+			cmd.Stdin = strings.NewReader(state)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil || stdout.Len() != 0 || stderr.Len() != 0 {
+				t.Fatalf("%s %s: %v, stdout %q, stderr %q", e, stage, err, stdout.String(), stderr.String())
+			}
+			if stage == "createRuntime" {
+				eng, err := engines.New(e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := eng.Check(engine.Target{NetNS: n.Path(), ID: id}, mustDecode(t, "v1;tcp:198.51.100.10:8080")); err != nil {
+					t.Fatalf("%s: rules after createRuntime: %v", e, err)
+				}
+			}
+		}
+		requireHookLog(t, bundle, id, true)
+		requireNoChains(t, n)
 	}
 }
