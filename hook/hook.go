@@ -186,16 +186,18 @@ func (h *Hook) poststop(st *specs.State) {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
 		return
 	}
+	// The namespace first: it is the cheapest test and the usual answer
+	// (a private namespace, or a bind mount already removed).
+	n := netNamespace(spec)
+	if n == nil || n.Path == "" || !pathExists(n.Path) {
+		return
+	}
 	value, found, err := policy.Lookup(spec.Annotations, processEnv(spec))
 	if err != nil || !found {
 		return
 	}
 	if _, err := policy.Decode(value); err != nil {
 		return // refused at start: nothing was installed
-	}
-	n := netNamespace(spec)
-	if n == nil || n.Path == "" || !pathExists(n.Path) {
-		return
 	}
 	if shared, err := sharesNetNS(n.Path, h.hostNetNS()); err != nil || shared {
 		// Never touch the host's rules; nothing of ours can be there,
