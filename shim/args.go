@@ -22,6 +22,15 @@ type Args struct {
 	// (containerd, Docker) shows them.
 	LogFile   string
 	LogFormat string
+	// CommandIndex is the position of Command in the command line: what
+	// comes before it are runc's global flags (--root, --log,
+	// --systemd-cgroup...), which a follow-up command on the same
+	// container (`delete --force` after a failed isolation) must repeat.
+	CommandIndex int
+	// PIDFile is the value of create/run's --pid-file ("" when absent);
+	// HasPIDFile tells an absent flag from an empty value.
+	PIDFile    string
+	HasPIDFile bool
 }
 
 // Modifies reports whether the subcommand creates a container from a
@@ -129,7 +138,7 @@ func ParseArgs(args []string) (Args, error) {
 	if i >= len(args) {
 		return a, nil
 	}
-	a.Command = args[i]
+	a.Command, a.CommandIndex = args[i], i
 	if !a.Modifies() {
 		return a, nil
 	}
@@ -158,11 +167,14 @@ func ParseArgs(args []string) (Args, error) {
 			j++
 			value = args[j]
 		}
-		if name == "bundle" || name == "b" {
+		switch name {
+		case "bundle", "b":
 			if value == "" {
 				return a, fmt.Errorf("runc %s: flag --%s has an empty value", a.Command, name)
 			}
 			a.Bundle = value // the last one wins, as in runc
+		case "pid-file":
+			a.PIDFile, a.HasPIDFile = value, true
 		}
 	}
 	return a, nil

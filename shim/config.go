@@ -9,6 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sforge-dev/netiso/engine/engines"
 )
 
 const (
@@ -31,7 +35,7 @@ const (
 
 // Config is the shim's settings file, /etc/sforge/runtime.json:
 //
-//	{"runtime": "/usr/sbin/runc", "hook": "/usr/local/bin/sforge-hook", "log": "/var/log/sforge/runtime.log"}
+//	{"runtime": "/usr/sbin/runc", "hook": "/usr/local/bin/sforge-hook", "log": "/var/log/sforge/runtime.log", "engine": "auto"}
 type Config struct {
 	// Runtime is the real OCI runtime (default: runc from PATH, then the
 	// usual locations).
@@ -43,6 +47,12 @@ type Config struct {
 	Log string `json:"log,omitempty"`
 	// HookTimeout is the per-hook timeout in seconds (default 10).
 	HookTimeout int `json:"hookTimeout,omitempty"`
+	// Engine is the rule engine (one of engines.Names; default auto:
+	// nftables where the kernel supports it, else iptables). The shim
+	// installs with it and passes it to the hooks it adds, so that the
+	// rules are removed by the engine that installed them. $SFORGE_ENGINE
+	// overrides it.
+	Engine string `json:"engine,omitempty"`
 }
 
 // LoadConfig reads the settings file (path "" means ConfigEnv, then
@@ -66,11 +76,20 @@ func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("failed to parse %s (want {\"runtime\":..., \"hook\":..., \"log\":...}): %w", path, err)
+			return c, fmt.Errorf("failed to parse %s (want {\"runtime\":..., \"hook\":..., \"log\":..., \"engine\":...}): %w", path, err)
 		}
 	}
 	if v := getenv(RuncEnv); v != "" {
 		c.Runtime = v
+	}
+	if v := getenv(engines.EnvVar); v != "" {
+		c.Engine = v
+	}
+	if c.Engine == "" {
+		c.Engine = engines.Auto
+	}
+	if !slices.Contains(engines.Names, c.Engine) {
+		return c, fmt.Errorf("unknown engine %q in %s or $%s (allowed: %s)", c.Engine, path, engines.EnvVar, strings.Join(engines.Names, ", "))
 	}
 	if c.Runtime == "" {
 		c.Runtime = findRunc()

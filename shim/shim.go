@@ -1,17 +1,34 @@
 // Package shim is sforge-runtime, a runc wrapper in the manner of
-// nvidia-container-runtime: on `create` and `run` it reads the bundle's
-// config.json and, when the container asks for isolation (the
-// sforge.io/egress annotation or its SFORGE_EGRESS environment form), adds
-// the sforge hooks and drops CAP_NET_RAW, then execs the real runtime with
-// the command line unchanged. Every other subcommand execs straight
-// through. It never writes to stdout.
+// nvidia-container-runtime. On `create` and `run` it reads the bundle's
+// config.json; when the container asks for isolation (the
+// sforge.io/egress annotation or its SFORGE_EGRESS environment form) it
+// refuses what cannot be isolated and drops CAP_NET_RAW, then:
+//
+//   - create (what containerd, Docker and conmon call): it runs `runc
+//     create` as its child with the command line unchanged, installs the
+//     rules itself in the new container's network namespace while the
+//     container's process is still held by runc before `start`, and only
+//     then exits 0. If that fails the container is deleted and the create
+//     fails. No hook process runs at creation;
+//   - run (create and start in one, for people at a terminal): it adds
+//     sforge-hook as a createRuntime hook and execs runc.
+//
+// A container whose network namespace is given by path (another
+// container's, a pod's) outlives it, so its rules must be removed when it
+// is deleted: the shim adds sforge-hook as a poststop hook for those. A
+// private namespace takes its rules with it, so nothing is added and
+// nothing runs when it stops. Every other subcommand execs straight
+// through. The shim never writes to stdout.
 package shim
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -45,36 +62,85 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("container %s refused: %s; %s", id, e.Cause, e.Fix)
 }
 
-// Shim patches specs and hands over to the runtime.
+// ExitStatus is the runtime's own failure, passed through: runc already
+// said why (on stderr and in its --log file), so the shim exits with the
+// same status and adds nothing.
+type ExitStatus int
+
+func (e ExitStatus) Error() string { return fmt.Sprintf("the runtime exited with status %d", int(e)) }
+
+// Shim patches specs, installs rules and hands over to the runtime.
 type Shim struct {
 	Runtime     Runtime
 	Hook        string // path of sforge-hook
 	HookTimeout int    // seconds
-	Log         *Logger
+	// EngineName is the rule engine (engines.Names); it is passed to the
+	// hooks the shim adds unless it is auto.
+	EngineName string
+	// Engine installs the rules on the create path; opened from
+	// EngineName the first time it is needed when nil.
+	Engine engine.Engine
+	Log    *Logger
 	// Getwd is the working directory (the default bundle); os.Getwd when nil.
 	Getwd func() (string, error)
-	// HostNetNS is the path of the shim's own network namespace, which a
-	// container must not share; /proc/self/ns/net when empty.
-	HostNetNS string
+	// Getenv reads the environment; os.Getenv when nil.
+	Getenv func(string) string
+	// HostNetNS are the network namespaces a container must not share;
+	// nil means init's and the shim's own.
+	HostNetNS []string
 }
 
-// Run handles one invocation (args without argv[0]). It returns only on
-// error: on success Runtime.Exec replaces the process.
+// Run handles one invocation (args without argv[0]). It returns nil when
+// the shim did the work itself (an isolated create) and an error
+// otherwise; when it execs the runtime it does not return at all.
 func (s *Shim) Run(args []string) error {
 	a, err := ParseArgs(args)
 	if err != nil {
 		return fmt.Errorf("failed to parse the runc command line: %w", err)
 	}
-	if a.Modifies() {
-		if err := s.prepare(a); err != nil {
-			return err
-		}
+	if !a.Modifies() {
+		return s.Runtime.Exec(args)
 	}
-	return s.Runtime.Exec(args)
+	p, err := s.prepare(a)
+	if err != nil {
+		return err
+	}
+	if p == nil || !p.inProcess {
+		return s.Runtime.Exec(args)
+	}
+	return s.create(a, args, p)
 }
 
-// prepare patches the bundle of a create/run when isolation is asked for.
-func (s *Shim) prepare(a Args) error {
+// plan is what prepare decided for an isolated container.
+type plan struct {
+	allow policy.Allowlist
+	// netnsPath is the spec's network namespace path, "" for a private
+	// namespace.
+	netnsPath string
+	// inProcess: the shim runs `runc create` and installs the rules
+	// itself; otherwise the createRuntime hook does it.
+	inProcess bool
+}
+
+func (s *Shim) getenv(k string) string {
+	if s.Getenv != nil {
+		return s.Getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+func (s *Shim) hostNetNS() []string {
+	if s.HostNetNS != nil {
+		return s.HostNetNS
+	}
+	return []string{"/proc/1/ns/net", "/proc/self/ns/net"}
+}
+
+// prepare reads the bundle of a create/run. Without an allowlist it
+// returns nil and changes nothing. With one, it refuses what cannot be
+// isolated, drops CAP_NET_RAW, adds the hooks the chosen path needs and
+// writes config.json back.
+func (s *Shim) prepare(a Args) (*plan, error) {
 	bundle := a.Bundle
 	if bundle == "" {
 		getwd := s.Getwd
@@ -83,101 +149,152 @@ func (s *Shim) prepare(a Args) error {
 		}
 		wd, err := getwd()
 		if err != nil {
-			return fmt.Errorf("failed to find the bundle (the working directory): %w", err)
+			return nil, fmt.Errorf("failed to find the bundle (the working directory): %w", err)
 		}
 		bundle = wd
 	}
 	spec, err := LoadSpec(bundle)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	value, found, err := policy.Lookup(spec.Annotations(), spec.Env())
 	if err != nil {
-		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "set the allowlist once"}
+		return nil, &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "set the allowlist once"}
 	}
 	if !found {
-		return nil
+		return nil, nil
 	}
 	allow, err := policy.Decode(value)
 	if err != nil {
-		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "fix the allowlist (`sforge policy annotation` prints a valid one)"}
+		return nil, &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "fix the allowlist (`sforge policy annotation` prints a valid one)"}
 	}
-	if err := s.Isolate(a.ID, spec); err != nil {
-		return err
+	p := &plan{allow: allow}
+	// runc hands socket-activation descriptors (LISTEN_FDS) to the
+	// container only when LISTEN_PID is its own pid, which a child of the
+	// shim's is not: such a create keeps runc's pid and the hook.
+	p.inProcess = a.Command == "create" && s.getenv("LISTEN_FDS") == ""
+	if p.netnsPath, err = s.Isolate(a.ID, spec, !p.inProcess); err != nil {
+		return nil, err
 	}
 	if err := spec.Flush(); err != nil {
-		return fmt.Errorf("container %s: %w", a.ID, err)
+		return nil, fmt.Errorf("container %s: %w", a.ID, err)
 	}
-	if s.Log != nil {
+	if s.Log != nil && !p.inProcess {
 		s.Log.Infof("container %s: isolation hooks added (%d endpoints, %d resolvers), %s dropped", a.ID, len(allow.Endpoints), len(allow.DNS), dropCapability)
 	}
-	return nil
+	return p, nil
 }
 
 // Isolate checks that the spec can be isolated and patches it: it refuses
-// the host's network namespace and the capabilities that undo the rules,
-// drops CAP_NET_RAW and adds the createRuntime and poststop hooks. The hook
-// repeats the refusals when it runs; checking here as well fails such a
-// container before runc creates anything.
-func (s *Shim) Isolate(id string, spec *Spec) error {
-	if err := s.refuse(id, spec); err != nil {
-		return err
+// the host's network namespace and the capabilities that undo the rules
+// and drops CAP_NET_RAW. It adds the createRuntime hook when withHook (the
+// hook installs the rules), and the poststop hook when the network
+// namespace is given by path (the rules must go when the container does;
+// a private namespace takes them with it). It returns that path.
+func (s *Shim) Isolate(id string, spec *Spec, withHook bool) (string, error) {
+	netnsPath, err := s.refuse(id, spec)
+	if err != nil {
+		return "", err
 	}
 	if _, err := spec.DropCapability(dropCapability); err != nil {
-		return fmt.Errorf("container %s: failed to drop %s: %w", id, dropCapability, err)
+		return "", fmt.Errorf("container %s: failed to drop %s: %w", id, dropCapability, err)
+	}
+	var stages []string
+	if withHook {
+		stages = append(stages, StageCreateRuntime)
+	}
+	if netnsPath != "" {
+		stages = append(stages, StagePoststop)
+	}
+	if len(stages) == 0 {
+		return netnsPath, nil
 	}
 	st, err := os.Stat(s.Hook)
 	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-		return &RefusedError{ID: id, Cause: fmt.Sprintf("the sforge hook %s is missing or not executable", s.Hook),
+		return "", &RefusedError{ID: id, Cause: fmt.Sprintf("the sforge hook %s is missing or not executable", s.Hook),
 			Fix: "reinstall sforge (install.sh) or set \"hook\" in " + DefaultConfigPath}
 	}
 	timeout := s.HookTimeout
 	if timeout <= 0 {
 		timeout = DefaultHookTimeout
 	}
-	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
-		h := Hook{Path: s.Hook, Args: []string{HookName, stage}, Timeout: &timeout}
+	for _, stage := range stages {
+		args := []string{HookName, stage}
+		if s.EngineName != "" && s.EngineName != engines.Auto {
+			args = append(args, "--engine", s.EngineName)
+		}
+		h := Hook{Path: s.Hook, Args: args, Timeout: &timeout}
 		if _, err := spec.AddHook(stage, h); err != nil {
-			return fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)
+			return "", fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)
 		}
 	}
-	return nil
+	return netnsPath, nil
 }
 
-func (s *Shim) refuse(id string, spec *Spec) error {
+// refuse returns a RefusedError for a spec that cannot be isolated, else
+// the path of its network namespace ("" for a private one).
+func (s *Shim) refuse(id string, spec *Spec) (string, error) {
 	found, path, err := spec.NetworkNamespace()
 	if err != nil {
-		return fmt.Errorf("container %s: failed to read the spec: %w", id, err)
+		return "", fmt.Errorf("container %s: failed to read the spec: %w", id, err)
 	}
-	hostNS := s.HostNetNS
-	if hostNS == "" {
-		hostNS = "/proc/self/ns/net"
+	hostNS := false
+	for _, h := range s.hostNetNS() {
+		hostNS = hostNS || (path != "" && same(path, h))
 	}
-	if !found || (path != "" && same(path, hostNS)) {
-		return &RefusedError{ID: id, Cause: "it would use the host's network namespace, which sforge cannot isolate",
+	if !found || hostNS {
+		return "", &RefusedError{ID: id, Cause: "it would use the host's network namespace, which sforge cannot isolate",
 			Fix: "give it its own network (no --network host)"}
+	}
+	has, err := spec.HasCapabilities()
+	if err != nil {
+		return "", fmt.Errorf("container %s: failed to read the spec: %w", id, err)
+	}
+	if !has {
+		// runc leaves such a process every capability it has itself.
+		return "", &RefusedError{ID: id, Cause: "its spec lists no capabilities, so the process would keep all of the runtime's (CAP_NET_ADMIN included)",
+			Fix: "list the container's capabilities explicitly"}
 	}
 	for _, set := range capabilitySets {
 		caps, err := spec.Capabilities(set)
 		if err != nil {
-			return fmt.Errorf("container %s: failed to read the spec: %w", id, err)
+			return "", fmt.Errorf("container %s: failed to read the spec: %w", id, err)
 		}
 		for _, c := range caps {
 			for _, bad := range refuseCapabilities {
-				if c == bad {
-					return &RefusedError{ID: id,
-						Cause: fmt.Sprintf("it holds %s (%s set), which would let it remove its network rules", c, set),
-						Fix:   fmt.Sprintf("drop it (no --privileged, no --cap-add %s)", strings.TrimPrefix(c, "CAP_"))}
+				if canonicalCap(c) == bad {
+					return "", &RefusedError{ID: id,
+						Cause: fmt.Sprintf("it holds %s (%s set), which would let it remove its network rules", bad, set),
+						Fix:   fmt.Sprintf("drop it (no --privileged, no --cap-add %s)", strings.TrimPrefix(bad, "CAP_"))}
 				}
 			}
 		}
 	}
-	return nil
+	return path, nil
 }
 
-// Main is sforge-runtime's entry point; it returns the exit code when the
-// runtime could not be exec'd.
-func Main(args []string) int {
+// canonicalCap accepts the spellings runtimes and users write: "NET_RAW",
+// "net_raw", "CAP_NET_RAW". Matching loosely can only refuse (or drop)
+// more.
+func canonicalCap(c string) string {
+	c = strings.ToUpper(strings.TrimSpace(c))
+	if !strings.HasPrefix(c, "CAP_") {
+		c = "CAP_" + c
+	}
+	return c
+}
+
+// Main is sforge-runtime's entry point. It returns the exit code when the
+// runtime was not exec'd.
+func Main(args []string) int { return run(args, mainOptions{}) }
+
+// mainOptions are seams for the package's tests.
+type mainOptions struct {
+	engine    engine.Engine
+	hostNetNS []string
+}
+
+func run(args []string, o mainOptions) int {
 	log := &Logger{Stderr: os.Stderr}
 	// Log to runc's --log file even when the rest fails.
 	if a, err := ParseArgs(args); err == nil {
@@ -194,10 +311,22 @@ func Main(args []string) int {
 		log.Errorf("%v", err)
 		return 1
 	}
-	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout, Log: log}
-	if err := s.Run(args); err != nil {
-		log.Errorf("%v", err)
-		return 1
+	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
+		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, Log: log}
+	err = s.Run(args)
+	var status ExitStatus
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &status):
+		return int(status)
 	}
-	return 0 // only reachable with a Runtime whose Exec returns
+	log.Errorf("%s", oneLine(err.Error()))
+	return 1
+}
+
+// oneLine joins the lines of a message (errors.Join output, say): the
+// engine that called runc shows one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }

@@ -3,38 +3,102 @@ package shim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // The test binary doubles as sforge-runtime: with this variable set it runs
 // Main, so the tests exercise the real exec path without building anything.
-const asShimEnv = "SFORGE_SHIM_TEST_AS_MAIN"
+// fakeEngineEnv swaps the rule engine for fakeEngine, which records what
+// it was asked to do in that file; the host namespace check is off then,
+// since the fake runtime's "container" is a process on the host.
+const (
+	asShimEnv      = "SFORGE_SHIM_TEST_AS_MAIN"
+	fakeEngineEnv  = "SFORGE_SHIM_TEST_ENGINE"
+	fakeEngineFail = "SFORGE_SHIM_TEST_ENGINE_FAIL"
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asShimEnv) == "1" {
-		os.Exit(Main(os.Args[1:]))
+		var o mainOptions
+		if rec := os.Getenv(fakeEngineEnv); rec != "" {
+			o.engine = &fakeEngine{rec: rec, fail: os.Getenv(fakeEngineFail)}
+			o.hostNetNS = []string{}
+		}
+		os.Exit(run(os.Args[1:], o))
 	}
 	os.Exit(m.Run())
 }
 
+// fakeEngine records Install calls, after checking that the target is an
+// open network namespace, the way the real engines open it.
+type fakeEngine struct{ rec, fail string }
+
+func (e *fakeEngine) Name() string { return "fake" }
+
+func (e *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(t.NetNS, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+		return engine.Report{}, fmt.Errorf("target %s is not a namespace: %v", t.NetNS, err)
+	}
+	f, err := os.OpenFile(e.rec, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return engine.Report{}, err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "install id=%s netns=%s endpoints=%d\n", t.ID, t.NetNS, len(a.Endpoints))
+	if e.fail != "" {
+		return engine.Report{}, errors.New(e.fail)
+	}
+	return engine.Report{Engine: "fake", Chain: "T", Rules: 3, IPv6: "filtered"}, nil
+}
+
+func (e *fakeEngine) Remove(engine.Target) error                  { return errors.New("not used") }
+func (e *fakeEngine) Check(engine.Target, policy.Allowlist) error { return errors.New("not used") }
+
 // fakeRuntime is a runc stand-in that records its argv and stdin and
-// writes a known line to stdout.
+// writes a known line to stdout. Every call is also appended to
+// $REC/calls (arguments separated by |). create writes the pid of a
+// sleeping "container process" to its --pid-file, or fails with
+// $FAIL_CREATE as status; with fd 3 open it notes that in $REC/fd3.
 const fakeRuntime = `#!/bin/sh
 : > "$REC/argv"
 for a in "$@"; do printf '%s\0' "$a" >> "$REC/argv"; done
+(IFS='|'; echo "$*") >> "$REC/calls"
 cat > "$REC/stdin"
+[ -e /proc/self/fd/3 ] && echo open > "$REC/fd3"
+create=; pidfile=; prev=
+for a in "$@"; do
+  case "$prev" in --pid-file) pidfile=$a;; esac
+  case "$a" in create) create=1;; --pid-file=*) pidfile=${a#--pid-file=};; esac
+  prev=$a
+done
+if [ -n "$create" ]; then
+  if [ -n "$FAIL_CREATE" ]; then echo "runc create failed: no such file" >&2; exit "$FAIL_CREATE"; fi
+  sleep 60 </dev/null >/dev/null 2>&1 &
+  echo $! >> "$REC/sleepers"
+  [ -n "$pidfile" ] && printf '%s' $! > "$pidfile"
+fi
 echo "runtime says hi"
 `
 
 type harness struct {
 	dir, rec, hook, bundle, config string
+	engineRec                      string
+	env                            []string
 }
 
 func newHarness(t *testing.T, spec string) *harness {
@@ -57,7 +121,35 @@ func newHarness(t *testing.T, spec string) *harness {
 	if spec != "" {
 		must(t, os.WriteFile(filepath.Join(h.bundle, SpecFile), []byte(spec), 0o644))
 	}
+	h.engineRec = filepath.Join(h.dir, "engine")
+	h.env = []string{fakeEngineEnv + "=" + h.engineRec}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(filepath.Join(h.rec, "sleepers"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	return h
+}
+
+// calls returns every runtime invocation so far, arguments split.
+func (h *harness) calls() [][]string {
+	b, _ := os.ReadFile(filepath.Join(h.rec, "calls"))
+	var out [][]string
+	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if l != "" {
+			out = append(out, strings.Split(l, "|"))
+		}
+	}
+	return out
+}
+
+// engineLog is what the fake engine was asked to do.
+func (h *harness) engineLog() string {
+	b, _ := os.ReadFile(h.engineRec)
+	return string(b)
 }
 
 func must(t *testing.T, err error) {
@@ -79,7 +171,7 @@ func (h *harness) run(t *testing.T, dir, stdin string, args ...string) result {
 	self, err := os.Executable()
 	must(t, err)
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), asShimEnv+"=1", ConfigEnv+"="+h.config, "REC="+h.rec)
+	cmd.Env = append(append(os.Environ(), asShimEnv+"=1", ConfigEnv+"="+h.config, "REC="+h.rec), h.env...)
 	cmd.Dir = dir
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
@@ -147,16 +239,25 @@ func TestPassThroughUntouched(t *testing.T) {
 	}
 }
 
+// An isolated create runs runc create as a child with the command line
+// unchanged (plus a --pid-file of the shim's when the caller gave none),
+// then installs the rules in the new process's network namespace itself:
+// no hook is added for a private namespace.
 func TestCreateIsolated(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		argv func(bundle string) []string
-		cwd  bool
+		name    string
+		argv    func(bundle string) []string
+		cwd     bool
+		pidFile bool // the caller passes --pid-file
 	}{
-		{"--bundle", func(b string) []string { return []string{"--log", "/dev/null", "create", "--bundle", b, "ctr"} }, false},
-		{"-b=", func(b string) []string { return []string{"create", "-b=" + b, "--pid-file", "/p", "ctr"} }, false},
-		{"run -b", func(b string) []string { return []string{"--systemd-cgroup", "run", "-d", "-b", b, "ctr"} }, false},
-		{"working directory", func(string) []string { return []string{"create", "ctr"} }, true},
+		{"containerd form", func(b string) []string {
+			return []string{"--root", "/r", "--log", "/dev/null", "--log-format", "json", "create", "--bundle", b, "--pid-file", filepath.Join(b, "init.pid"), "ctr"}
+		}, false, true},
+		{"--pid-file=", func(b string) []string {
+			return []string{"create", "-b=" + b, "--pid-file=" + filepath.Join(b, "p"), "ctr"}
+		}, false, true},
+		{"no pid file", func(b string) []string { return []string{"--systemd-cgroup", "create", "--bundle", b, "ctr"} }, false, false},
+		{"working directory", func(string) []string { return []string{"create", "ctr"} }, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, isolatedSpec)
@@ -170,17 +271,29 @@ func TestCreateIsolated(t *testing.T) {
 				if r.code != 0 || r.stderr != "" || r.stdout != "runtime says hi\n" {
 					t.Fatalf("run %d: exit %d stdout %q stderr %q", i, r.code, r.stdout, r.stderr)
 				}
-				if !slices.Equal(r.argv, argv) {
-					t.Fatalf("runtime argv %q, want %q", r.argv, argv)
+				want := argv
+				if !tc.pidFile {
+					a, _ := ParseArgs(argv)
+					if len(r.argv) != len(argv)+2 || r.argv[a.CommandIndex+1] != "--pid-file" {
+						t.Fatalf("runtime argv %q: want a --pid-file after the subcommand", r.argv)
+					}
+					want = slices.Concat(argv[:a.CommandIndex+1], r.argv[a.CommandIndex+1:a.CommandIndex+3], argv[a.CommandIndex+1:])
 				}
+				if !slices.Equal(r.argv, want) {
+					t.Fatalf("runtime argv %q, want %q", r.argv, want)
+				}
+			}
+			if calls := h.calls(); len(calls) != 2 {
+				t.Fatalf("runtime calls %q: want the two creates only", calls)
+			}
+			if got := h.engineLog(); strings.Count(got, "install id=ctr netns=/proc/self/fd/") != 2 || !strings.Contains(got, "endpoints=1") {
+				t.Fatalf("engine calls %q: want one install per create", got)
 			}
 			s, err := LoadSpec(h.bundle)
 			must(t, err)
 			for _, stage := range []string{StageCreateRuntime, StagePoststop} {
-				hs, err := s.Hooks(stage)
-				must(t, err)
-				if len(hs) != 1 || hs[0].Path != h.hook || !slices.Equal(hs[0].Args, []string{"sforge-hook", stage}) || hs[0].Timeout == nil || *hs[0].Timeout != DefaultHookTimeout {
-					t.Fatalf("%s hooks = %+v", stage, hs)
+				if hs, err := s.Hooks(stage); err != nil || len(hs) != 0 {
+					t.Fatalf("%s hooks = %+v (%v): a private namespace needs none", stage, hs, err)
 				}
 			}
 			for _, set := range []string{"bounding", "effective"} {
@@ -194,10 +307,187 @@ func TestCreateIsolated(t *testing.T) {
 				t.Fatalf("unknown field lost: %s", b)
 			}
 			log, _ := os.ReadFile(filepath.Join(h.dir, "log", "runtime.log"))
+			if !strings.Contains(string(log), "container ctr: isolated before start (engine=fake") {
+				t.Fatalf("shim log: %q", log)
+			}
+		})
+	}
+}
+
+// A namespace given by path outlives the container: the create still
+// installs in-process, and a poststop hook (with the configured engine)
+// removes the rules when the container is deleted.
+func TestCreateNetNSPathAddsPoststop(t *testing.T) {
+	// The fake runtime's "container" is a process in the test's namespace.
+	netns := fmt.Sprintf("/proc/%d/ns/net", os.Getpid())
+	spec := `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{"bounding":["CAP_CHOWN"]}},"linux":{"namespaces":[{"type":"network","path":"` + netns + `"}]}}`
+	h := newHarness(t, spec)
+	cfg, _ := json.Marshal(Config{Runtime: filepath.Join(h.dir, "bin", "fake-runc"), Hook: h.hook, Log: "-", Engine: "nftables"})
+	must(t, os.WriteFile(h.config, cfg, 0o644))
+	r := h.run(t, h.dir, "", "create", "--bundle", h.bundle, "--pid-file", filepath.Join(h.dir, "pid"), "ctr")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(h.engineLog(), "install id=ctr") {
+		t.Fatalf("engine calls %q", h.engineLog())
+	}
+	s, err := LoadSpec(h.bundle)
+	must(t, err)
+	if hs, _ := s.Hooks(StageCreateRuntime); len(hs) != 0 {
+		t.Fatalf("createRuntime hooks %+v: the shim installs itself", hs)
+	}
+	hs, _ := s.Hooks(StagePoststop)
+	if len(hs) != 1 || hs[0].Path != h.hook || !slices.Equal(hs[0].Args, []string{"sforge-hook", "poststop", "--engine", "nftables"}) || hs[0].Timeout == nil {
+		t.Fatalf("poststop hooks = %+v", hs)
+	}
+}
+
+// A process that is not in the namespace its spec names is not isolated
+// there: the create fails and the container is deleted.
+func TestCreateNetNSPathMismatch(t *testing.T) {
+	other := t.TempDir() + "/not-a-netns"
+	must(t, os.WriteFile(other, nil, 0o644))
+	spec := `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{"bounding":["CAP_CHOWN"]}},"linux":{"namespaces":[{"type":"network","path":"` + other + `"}]}}`
+	h := newHarness(t, spec)
+	r := h.run(t, h.dir, "", "--root", "/r", "create", "--bundle", h.bundle, "ctr")
+	if r.code == 0 || !strings.Contains(r.stderr, "not in the network namespace its spec names") {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	calls := h.calls()
+	if len(calls) != 2 || !slices.Equal(calls[1], []string{"--root", "/r", "delete", "--force", "ctr"}) {
+		t.Fatalf("runtime calls %q: want create, then delete --force with the global flags", calls)
+	}
+	if h.engineLog() != "" {
+		t.Fatalf("engine called: %q", h.engineLog())
+	}
+}
+
+// run (create and start in one) keeps the hook: the shim execs runc with
+// a createRuntime hook, and a poststop hook only for a namespace by path.
+func TestRunUsesHook(t *testing.T) {
+	for _, tc := range []struct {
+		name, netns string
+		stages      []string
+	}{
+		{"private netns", `{"type":"network"}`, []string{StageCreateRuntime}},
+		{"netns path", `{"type":"network","path":"/var/run/netns/x"}`, []string{StageCreateRuntime, StagePoststop}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW"]}},"linux":{"namespaces":[` + tc.netns + `]}}`
+			h := newHarness(t, spec)
+			argv := []string{"run", "-d", "-b", h.bundle, "ctr"}
+			r := h.run(t, h.dir, "", argv...)
+			if r.code != 0 || r.stderr != "" || !slices.Equal(r.argv, argv) {
+				t.Fatalf("exit %d stderr %q argv %q", r.code, r.stderr, r.argv)
+			}
+			if h.engineLog() != "" {
+				t.Fatalf("the shim installed itself on run: %q", h.engineLog())
+			}
+			s, err := LoadSpec(h.bundle)
+			must(t, err)
+			for _, stage := range []string{StageCreateRuntime, StagePoststop} {
+				hs, err := s.Hooks(stage)
+				must(t, err)
+				want := slices.Contains(tc.stages, stage)
+				if !want {
+					if len(hs) != 0 {
+						t.Fatalf("%s hooks = %+v, want none", stage, hs)
+					}
+					continue
+				}
+				if len(hs) != 1 || hs[0].Path != h.hook || !slices.Equal(hs[0].Args, []string{"sforge-hook", stage}) || hs[0].Timeout == nil || *hs[0].Timeout != DefaultHookTimeout {
+					t.Fatalf("%s hooks = %+v", stage, hs)
+				}
+			}
+			if caps, _ := s.Capabilities("bounding"); slices.Contains(caps, "CAP_NET_RAW") {
+				t.Fatalf("NET_RAW kept: %v", caps)
+			}
+			log, _ := os.ReadFile(filepath.Join(h.dir, "log", "runtime.log"))
 			if !strings.Contains(string(log), "container ctr: isolation hooks added") {
 				t.Fatalf("shim log: %q", log)
 			}
 		})
+	}
+}
+
+// A create with socket-activation descriptors keeps runc's pid (runc
+// passes them on only when LISTEN_PID is its own): the shim execs runc
+// with the createRuntime hook instead of running it as a child.
+func TestCreateListenFDsUsesHook(t *testing.T) {
+	h := newHarness(t, isolatedSpec)
+	h.env = append(h.env, "LISTEN_FDS=1", "LISTEN_PID=1")
+	r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr")
+	if r.code != 0 || h.engineLog() != "" {
+		t.Fatalf("exit %d stderr %q engine %q", r.code, r.stderr, h.engineLog())
+	}
+	s, _ := LoadSpec(h.bundle)
+	if hs, _ := s.Hooks(StageCreateRuntime); len(hs) != 1 {
+		t.Fatalf("createRuntime hooks %+v", hs)
+	}
+}
+
+// The engine fails: the container is force-deleted with the caller's
+// global flags, the create fails with one line naming the cause, in
+// runc's JSON log too.
+func TestCreateEngineFailureDeletes(t *testing.T) {
+	h := newHarness(t, isolatedSpec)
+	h.env = append(h.env, fakeEngineFail+"=netlink: operation not permitted")
+	logFile := filepath.Join(h.dir, "runc-log.json")
+	argv := []string{"--root", "/r", "--log", logFile, "--log-format", "json", "--systemd-cgroup", "create", "--bundle", h.bundle, "--pid-file", filepath.Join(h.dir, "pid"), "ctr"}
+	r := h.run(t, h.dir, "", argv...)
+	if r.code == 0 {
+		t.Fatal("create succeeded although the rules could not be installed")
+	}
+	calls := h.calls()
+	wantDelete := []string{"--root", "/r", "--log", logFile, "--log-format", "json", "--systemd-cgroup", "delete", "--force", "ctr"}
+	if len(calls) != 2 || !slices.Equal(calls[0], argv) || !slices.Equal(calls[1], wantDelete) {
+		t.Fatalf("runtime calls %q, want the create then %q", calls, wantDelete)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "sforge-runtime: container ctr refused: failed to install the egress rules: netlink: operation not permitted") ||
+		!strings.Contains(lines[0], "deleted without starting") {
+		t.Fatalf("stderr %q", r.stderr)
+	}
+	b, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(b), `"level":"error"`) || !strings.Contains(string(b), "failed to install the egress rules") {
+		t.Fatalf("runc log %q", b)
+	}
+}
+
+// runc create's own failure passes through: its status, its message, no
+// engine call, no delete, nothing added by the shim.
+func TestCreateRuntimeFailurePassesThrough(t *testing.T) {
+	h := newHarness(t, isolatedSpec)
+	h.env = append(h.env, "FAIL_CREATE=3")
+	r := h.run(t, h.dir, "", "create", "--bundle", h.bundle, "--pid-file", filepath.Join(h.dir, "pid"), "ctr")
+	if r.code != 3 || r.stderr != "runc create failed: no such file\n" || r.stdout != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if len(h.calls()) != 1 || h.engineLog() != "" {
+		t.Fatalf("calls %q engine %q", h.calls(), h.engineLog())
+	}
+}
+
+// Descriptors the caller passes beyond stdio (--preserve-fds) reach runc
+// on the in-process create path as they would through exec.
+func TestCreateKeepsInheritedDescriptors(t *testing.T) {
+	h := newHarness(t, isolatedSpec)
+	self, err := os.Executable()
+	must(t, err)
+	extra, err := os.Open(os.DevNull)
+	must(t, err)
+	defer extra.Close()
+	cmd := exec.Command(self, "create", "--preserve-fds", "1", "--bundle", h.bundle, "--pid-file", filepath.Join(h.dir, "pid"), "ctr")
+	cmd.Env = append(append(os.Environ(), asShimEnv+"=1", ConfigEnv+"="+h.config, "REC="+h.rec), h.env...)
+	cmd.ExtraFiles = []*os.File{extra}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.rec, "fd3")); string(b) != "open\n" {
+		t.Fatal("descriptor 3 did not reach the runtime")
+	}
+	if !strings.Contains(h.engineLog(), "install id=ctr") {
+		t.Fatalf("engine %q", h.engineLog())
 	}
 }
 
@@ -216,14 +506,17 @@ func TestCreateWithoutAllowlistUntouched(t *testing.T) {
 }
 
 func TestCreateEnvForm(t *testing.T) {
-	h := newHarness(t, `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"]},"linux":{"namespaces":[{"type":"network"}]}}`)
+	h := newHarness(t, `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{"bounding":["net_raw"]}},"linux":{"namespaces":[{"type":"network"}]}}`)
 	r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr")
 	if r.code != 0 {
 		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
 	}
+	if !strings.Contains(h.engineLog(), "install id=ctr") {
+		t.Fatalf("env form was not isolated: %q", h.engineLog())
+	}
 	s, _ := LoadSpec(h.bundle)
-	if hs, _ := s.Hooks(StageCreateRuntime); len(hs) != 1 {
-		t.Fatalf("env form did not add the hook: %+v", hs)
+	if caps, _ := s.Capabilities("bounding"); len(caps) != 0 {
+		t.Fatalf("net_raw (any spelling) must be dropped: %v", caps)
 	}
 }
 
@@ -243,13 +536,17 @@ func TestCreateRefused(t *testing.T) {
 		{"host network by path", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network","path":"/proc/self/ns/net"}]}}`, "host's network namespace", false},
 		{"NET_ADMIN", withNS(`"CAP_NET_ADMIN"`), "CAP_NET_ADMIN", false},
 		{"privileged", withNS(`"CAP_SYS_ADMIN","CAP_NET_ADMIN","CAP_NET_RAW"`), "refused", false},
-		{"hook missing", withNS(`"CAP_CHOWN"`), "missing or not executable", true},
+		{"NET_ADMIN spelled loosely", withNS(`"net_admin"`), "CAP_NET_ADMIN", false},
+		{"no capabilities", `{"process":{"env":["SFORGE_EGRESS=v1"]},"linux":{"namespaces":[{"type":"network"}]}}`, "lists no capabilities", false},
+		{"no process", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network"}]}}`, "lists no capabilities", false},
+		{"hook missing for a netns path", `{"process":{"env":["SFORGE_EGRESS=v1"],"capabilities":{}},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`, "missing or not executable", true},
 		{"spec not JSON", `{"annotations":`, "failed to parse the container spec", false},
-		{"hooks not patchable", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"poststop":"x"},"linux":{"namespaces":[{"type":"network"}]}}`, "failed to add the", false},
+		{"hooks not patchable", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{}},"hooks":{"poststop":"x"},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`, "failed to add the", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, tt.spec)
+			h.env = nil // the real engine and host checks
 			if tt.breakHook {
 				must(t, os.Remove(h.hook))
 			}

@@ -152,8 +152,9 @@ func (s *Spec) Hooks(stage string) ([]Hook, error) {
 // capabilitySets are the members of process.capabilities.
 var capabilitySets = []string{"bounding", "effective", "inheritable", "permitted", "ambient"}
 
-// DropCapability removes c (for example "CAP_NET_RAW") from every
-// capability set of the process. It reports whether anything changed.
+// DropCapability removes c (for example "CAP_NET_RAW", in any of the
+// spellings canonicalCap accepts) from every capability set of the
+// process. It reports whether anything changed.
 func (s *Spec) DropCapability(c string) (bool, error) {
 	if s.process == nil {
 		return false, nil
@@ -172,7 +173,7 @@ func (s *Spec) DropCapability(c string) (bool, error) {
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return false, fmt.Errorf("field process.capabilities.%s: %w", set, err)
 		}
-		kept := slices.DeleteFunc(slices.Clone(list), func(x string) bool { return x == c })
+		kept := slices.DeleteFunc(slices.Clone(list), func(x string) bool { return canonicalCap(x) == canonicalCap(c) })
 		if len(kept) == len(list) {
 			continue
 		}
@@ -191,6 +192,23 @@ func (s *Spec) DropCapability(c string) (bool, error) {
 		return false, err
 	}
 	s.dirty = true
+	return true, nil
+}
+
+// HasCapabilities reports whether the spec has a process with a
+// process.capabilities object (runc leaves a process without one every
+// capability the runtime has).
+func (s *Spec) HasCapabilities() (bool, error) {
+	if s.process == nil {
+		return false, nil
+	}
+	raw, ok := s.process["capabilities"]
+	if !ok || isNull(raw) {
+		return false, nil
+	}
+	if _, err := objectField(s.process, "capabilities"); err != nil {
+		return false, fmt.Errorf("field process: %w", err)
+	}
 	return true, nil
 }
 
