@@ -20,12 +20,17 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
+	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/policy"
 )
 
 // Main runs the hook with the process's arguments (program name first) and
 // returns the exit status. Failures are one line on stderr.
 func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 2 && args[1] == holdStage {
+		hold(stdin)
+		return 0
+	}
 	opts, err := ParseArgs(args[1:], getenv)
 	log := &Logger{Path: opts.LogPath}
 	if err != nil {
@@ -205,10 +210,14 @@ func (h *Hook) poststop(st *specs.State) {
 		return
 	}
 	start := time.Now()
+	opened := h.Engine == nil // ours to configure
 	eng, err := h.engine()
 	if err != nil {
 		h.Log.Printf("remove container=%s error: %v", st.ID, err)
 		return
+	}
+	if e, ok := eng.(*nftables.Engine); ok && opened {
+		e.HandOff = holdNetlink
 	}
 	err = eng.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
 	result := "ok"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
@@ -29,7 +30,22 @@ const Name = "nftables"
 // Engine installs rules with nf_tables over netlink. The zero value is
 // ready to use and safe for concurrent use: every call opens its own
 // netlink socket in the target namespace.
-type Engine struct{}
+type Engine struct {
+	// HandOff, when set, is given a duplicate of Remove's netlink socket
+	// once the deleting batch is committed, and takes ownership of it.
+	//
+	// Why: the table is gone when the batch returns, but the kernel frees
+	// deleted objects after an RCU grace period, and the last close of a
+	// netfilter netlink socket waits for that (nf_tables flushes its
+	// destroy work on NETLINK_URELEASE): 8-16 ms here, most of a poststop
+	// hook's time, which runc waits for on every `runc delete` of a
+	// container whose namespace outlives it. A caller that keeps the
+	// duplicate open in a process outliving its own (see
+	// hook.holdNetlink) lets the last close, and the wait, happen there.
+	// An error from HandOff is not Remove's: the socket is then closed
+	// here and the wait happens here.
+	HandOff func(sock *os.File) error
+}
 
 var _ engine.Engine = (*Engine)(nil)
 
@@ -83,15 +99,48 @@ func (e *Engine) Remove(t engine.Target) error {
 	if err != nil {
 		return fmt.Errorf("failed to name the nftables table: %w", err)
 	}
-	c, closeNS, err := dial(t.NetNS)
+	var dup *os.File
+	var opts []nftables.ConnOption
+	if e.HandOff != nil {
+		opts = append(opts, nftables.WithSockOptions(func(nc *netlink.Conn) error {
+			var err error
+			dup, err = dupSocket(nc)
+			return err
+		}))
+	}
+	c, closeNS, err := dial(t.NetNS, opts...)
 	if err != nil {
 		return err
 	}
 	defer closeNS()
-	if err := deleteTable(c, &nftables.Table{Name: name, Family: nftables.TableFamilyINet}); err != nil {
+	err = deleteTable(c, &nftables.Table{Name: name, Family: nftables.TableFamilyINet})
+	if dup != nil {
+		// Before closeNS: ours must not be the last reference.
+		if herr := e.HandOff(dup); herr != nil {
+			dup.Close()
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("failed to remove nftables table %s in %s: %w", name, t.NetNS, explain(err))
 	}
 	return nil
+}
+
+// dupSocket duplicates a netlink connection's socket (close-on-exec).
+func dupSocket(nc *netlink.Conn) (*os.File, error) {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("failed to reach the netlink socket: %w", err)
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, fmt.Errorf("failed to reach the netlink socket: %w", err)
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("failed to duplicate the netlink socket: %w", derr)
+	}
+	return os.NewFile(uintptr(fd), "netlink-netfilter"), nil
 }
 
 // Check implements engine.Engine: it compares the kernel's table with what
@@ -202,12 +251,12 @@ func chunks[T any](s []T, n int) func(yield func([]T) bool) {
 // dial opens a netlink connection inside the namespace at path. The
 // namespace is entered only for the socket() call, by the netlink library
 // on a locked, throwaway thread; our goroutine never changes namespace.
-func dial(path string) (*nftables.Conn, func(), error) {
+func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), error) {
 	fd, err := openNetNS(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(fd), nftables.AsLasting())
+	c, err := nftables.New(append([]nftables.ConnOption{nftables.WithNetNSFd(fd), nftables.AsLasting()}, opts...)...)
 	if err != nil {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("failed to open netlink socket in %s: %w", path, err)
