@@ -59,6 +59,7 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		runArgs = append(runArgs, "--pid-file", pidFile)
 		runArgs = append(runArgs, args[a.CommandIndex+1:]...)
 	}
+	begin := time.Now()
 	code, err := s.Runtime.Run(runArgs)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", a.ID, err)
@@ -68,6 +69,7 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		return ExitStatus(code)
 	}
 	start := time.Now()
+	runcTime := start.Sub(begin)
 	rep, err := s.install(a, args, pidFile, p, eng)
 	if err != nil {
 		if derr := s.deleteContainer(a, args); derr != nil {
@@ -76,9 +78,10 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		return err
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s), %s dropped",
+		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s spec=%s runc=%s), %s dropped",
 			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
-			rep.Duration.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), dropCapability)
+			rep.Duration.Round(time.Microsecond), time.Since(start).Round(time.Microsecond),
+			p.prepared.Round(time.Microsecond), runcTime.Round(time.Microsecond), dropCapability)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
@@ -101,6 +102,7 @@ func (s *Shim) Run(args []string) error {
 	if !a.Modifies() {
 		return s.Runtime.Exec(args)
 	}
+	begin := time.Now()
 	p, err := s.prepare(a)
 	if err != nil {
 		return err
@@ -108,6 +110,7 @@ func (s *Shim) Run(args []string) error {
 	if p == nil || !p.inProcess {
 		return s.Runtime.Exec(args)
 	}
+	p.prepared = time.Since(begin)
 	return s.create(a, args, p)
 }
 
@@ -120,6 +123,8 @@ type plan struct {
 	// inProcess: the shim runs `runc create` and installs the rules
 	// itself; otherwise the createRuntime hook does it.
 	inProcess bool
+	// prepared is the time spent reading and patching config.json (logged).
+	prepared time.Duration
 }
 
 func (s *Shim) getenv(k string) string {
