@@ -1,0 +1,365 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	nft "github.com/google/nftables"
+
+	"github.com/sforge-dev/netiso/bench/internal/lifecycle"
+	"github.com/sforge-dev/netiso/bench/internal/timing"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Lifecycle benchmark (issue 9): what isolation costs a container's whole
+// life — create, start, exit, delete, as containerd's runc shim drives a
+// runtime — on each path sforge offers, against the same container
+// without isolation, in one interleaved run:
+//
+//   - the runtime-shim path (Docker, containerd): sforge-runtime in place
+//     of runc; it runs runc create as a child and installs the rules
+//     itself before returning;
+//   - the hooks.d path (podman, CRI-O): runc with sforge-hook as the
+//     createRuntime and poststop hooks, as the hooks.d files register it;
+//   - the seed's approach: runc, plus one iptables process per rule run
+//     into the created container's namespace before start.
+//
+// The bundles are config.json files captured from Docker 20.10 and podman
+// 4.3 on this kind of machine (bench/testdata), so a container costs what
+// it costs there (seccomp filter, mounts, device rules); a minimal spec
+// without them is measured too. Both engines, allowlists of 4 and 256
+// entries, private namespaces and namespaces given by path.
+
+// lcContender is one way of running a container.
+type lcContender struct {
+	group, name string
+	base        *lcContender // the same container without isolation
+	rt          *lifecycle.Runtime
+	bundle      *lifecycle.Bundle
+	// isoLog is the shim's or the hook's log, from which each container's
+	// isolation time is read (seed contenders measure it directly).
+	isoLog, isoKind string
+	seed            bool
+	isolated        bool
+
+	total, create, start, delete, iso timing.Samples
+	ids                               []string
+}
+
+var (
+	shimInstallRe = regexp.MustCompile(`container (\S+): isolated before start \(.* install=(\S+) total=`)
+	hookInstallRe = regexp.MustCompile(`install container=(\S+) .* duration=(\S+)`)
+)
+
+// isolationTimes reads, for each container id, the install time the shim
+// or hook logged (the engine's own measure: namespace entry, batch,
+// read-back).
+func (c *lcContender) isolationTimes(tb testing.TB) {
+	if c.isoLog == "" {
+		return
+	}
+	b, err := os.ReadFile(c.isoLog)
+	if err != nil {
+		tb.Fatalf("%s: %v", c.name, err)
+	}
+	re := shimInstallRe
+	if c.isoKind == "hook" {
+		re = hookInstallRe
+	}
+	got := map[string]time.Duration{}
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			tb.Fatalf("%s: %q: %v", c.name, m[0], err)
+		}
+		got[m[1]] = d
+	}
+	for _, id := range c.ids {
+		d, ok := got[id]
+		if !ok {
+			tb.Fatalf("%s: container %s was not isolated (no install line in %s):\n%s", c.name, id, c.isoLog, b)
+		}
+		c.iso = append(c.iso, d)
+	}
+}
+
+func BenchmarkLifecycle(b *testing.B) {
+	hookRequire(b)
+	if err := lifecycle.SetSubreaper(); err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	shimBin, hookBin := filepath.Join(dir, "sforge-runtime"), filepath.Join(dir, "sforge-hook")
+	build(b, shimBin, "../cmd/sforge-runtime", "")
+	build(b, hookBin, "../cmd/sforge-hook", "")
+	runc := testenv.RequireBinary(b, "runc")
+	busybox := testenv.RequireBinary(b, "busybox")
+	root := filepath.Join(dir, "runc")
+	pathNS := testenv.NewNetNS(b)
+	env := cleanEnv()
+
+	n := 0
+	newBundle := func(o lifecycle.Options) *lifecycle.Bundle {
+		n++
+		o.Busybox = busybox
+		bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("b%d", n)), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return bd
+	}
+	plainRT := &lifecycle.Runtime{Binary: runc, Root: root, Env: env}
+	shimRT := func(engineName string) (*lifecycle.Runtime, string) {
+		n++
+		cfg := filepath.Join(dir, fmt.Sprintf("runtime-%d.json", n))
+		log := filepath.Join(dir, fmt.Sprintf("runtime-%d.log", n))
+		data, _ := json.Marshal(map[string]string{"runtime": runc, "hook": hookBin, "log": log, "engine": engineName})
+		if err := os.WriteFile(cfg, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		return &lifecycle.Runtime{Binary: shimBin, Root: root, Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg)}, log
+	}
+	hooks := func(engineName, log string) map[string][]lifecycle.Hook {
+		timeout := 10
+		h := map[string][]lifecycle.Hook{}
+		for _, stage := range []string{"createRuntime", "poststop"} {
+			h[stage] = []lifecycle.Hook{{Path: hookBin, Args: []string{"sforge-hook", stage, "--log", log, "--engine", engineName}, Timeout: &timeout}}
+		}
+		return h
+	}
+	docker, podman := "testdata/docker-20.10-config.json", "testdata/podman-4.3-config.json"
+
+	var cs []*lcContender
+	add := func(c *lcContender) *lcContender { cs = append(cs, c); return c }
+	plain := func(group, template, netns string, drop []string) *lcContender {
+		return add(&lcContender{group: group, name: "plain runc", rt: plainRT,
+			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: drop})})
+	}
+	shim := func(group, template, netns string, base *lcContender, engineName string, size int) {
+		rt, log := shimRT(engineName)
+		add(&lcContender{group: group, name: fmt.Sprintf("sforge-runtime, %s, %d", engineName, size), base: base, rt: rt,
+			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, size)}}),
+			isoLog: log, isoKind: "shim", isolated: true})
+	}
+	hook := func(group, template, netns string, base *lcContender, engineName string, size int) {
+		n++
+		log := filepath.Join(dir, fmt.Sprintf("hook-%d.log", n))
+		add(&lcContender{group: group, name: fmt.Sprintf("runc + sforge-hook, %s, %d", engineName, size), base: base, rt: plainRT,
+			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: []string{"CAP_NET_RAW"},
+				Annotations: map[string]string{policy.AnnotationKey: hookAnnotation(b, size)}, Hooks: hooks(engineName, log)}),
+			isoLog: log, isoKind: "hook", isolated: true})
+	}
+	seed := func(group, template string, base *lcContender, size int) {
+		c := &lcContender{group: group, name: fmt.Sprintf("runc + seed (exec per rule), %d", size), base: base, seed: true, isolated: true,
+			bundle: newBundle(lifecycle.Options{Template: template, DropCaps: []string{"CAP_NET_RAW"}})}
+		a := allowlist(b, size)
+		c.rt = &lifecycle.Runtime{Binary: runc, Root: root, Env: env, AfterCreate: func(pid int) error {
+			n, err := ns.GetNS(fmt.Sprintf("/proc/%d/ns/net", pid))
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			d, err := seedInstall(n, fmt.Sprintf("seed%d", len(c.iso)), a)
+			c.iso = append(c.iso, d)
+			return err
+		}}
+		add(c)
+	}
+
+	g := "docker 20.10 spec, private netns (shim path)"
+	base := plain(g, docker, "", nil)
+	{
+		rt, _ := shimRT(engines.Auto)
+		add(&lcContender{group: g, name: "sforge-runtime, no allowlist (pass-through)", base: base, rt: rt,
+			bundle: newBundle(lifecycle.Options{Template: docker})})
+	}
+	for _, e := range []string{engines.NFTables, engines.IPTables} {
+		for _, size := range []int{4, 256} {
+			shim(g, docker, "", base, e, size)
+		}
+	}
+	for _, size := range []int{4, 256} {
+		seed(g, docker, base, size)
+	}
+	g = "podman 4.3 spec, private netns (hooks.d path)"
+	base = plain(g, podman, "", []string{"CAP_NET_RAW"})
+	for _, e := range []string{engines.NFTables, engines.IPTables} {
+		for _, size := range []int{4, 256} {
+			hook(g, podman, "", base, e, size)
+		}
+	}
+	g = "netns by path (--network container:X, pods; poststop removes)"
+	base = plain(g, docker, pathNS.Path(), nil)
+	shim(g, docker, pathNS.Path(), base, engines.NFTables, 4)
+	base = plain(g, podman, pathNS.Path(), []string{"CAP_NET_RAW"})
+	hook(g, podman, pathNS.Path(), base, engines.NFTables, 4)
+	g = "minimal spec (no seccomp, 2 mounts), private netns"
+	base = plain(g, "", "", nil)
+	shim(g, "", "", base, engines.NFTables, 4)
+	hook(g, "", "", base, engines.NFTables, 4)
+
+	// SFORGE_BENCH_ONLY=<regexp> keeps the contenders whose "group / name"
+	// matches (and their baselines), for a quick look at a few.
+	if only := os.Getenv("SFORGE_BENCH_ONLY"); only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			b.Fatalf("SFORGE_BENCH_ONLY: %v", err)
+		}
+		keep := map[*lcContender]bool{}
+		for _, c := range cs {
+			if re.MatchString(c.group + " / " + c.name) {
+				keep[c] = true
+				if c.base != nil {
+					keep[c.base] = true
+				}
+			}
+		}
+		cs = slices.DeleteFunc(cs, func(c *lcContender) bool { return !keep[c] })
+	}
+	nr := rounds(30)
+	load0 := loadAvg()
+	start := time.Now()
+	for range b.N {
+		for round := range nr {
+			for k := range cs {
+				ci := (k + round) % len(cs)
+				c := cs[ci]
+				if err := c.bundle.Reset(); err != nil {
+					b.Fatal(err)
+				}
+				id := fmt.Sprintf("lc-%d-%d", ci, round)
+				t, err := c.rt.Lifecycle(c.bundle, id)
+				if err != nil {
+					b.Fatalf("%s / %s: %v", c.group, c.name, err)
+				}
+				c.ids = append(c.ids, id)
+				c.total = append(c.total, t.Total)
+				c.create = append(c.create, t.Create)
+				c.start = append(c.start, t.Start)
+				c.delete = append(c.delete, t.Delete)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	if keep := os.Getenv("SFORGE_BENCH_KEEP_LOGS"); keep != "" {
+		for _, c := range cs {
+			if c.isoLog != "" {
+				data, _ := os.ReadFile(c.isoLog)
+				_ = os.WriteFile(filepath.Join(keep, filepath.Base(c.isoLog)), data, 0o644)
+			}
+		}
+	}
+	for _, c := range cs {
+		c.isolationTimes(b)
+	}
+	if left := nftTables(b, pathNS); left != "" {
+		b.Fatalf("tables left in the shared namespace after every container was deleted:\n%s", left)
+	}
+
+	var out strings.Builder
+	fmt.Fprintf(&out, "\ncontainer lifecycle (create, start, exit, delete; runtime processes as containerd runs them), %d rounds interleaved in %s; load average %s -> %s\n",
+		nr, elapsed.Round(time.Second), load0, loadAvg())
+	fmt.Fprintf(&out, "ms, median / p95; ratio of medians to plain runc of the same group; isolation = the install as the shim/hook logs it (seed: its execs)\n")
+	group := ""
+	for _, c := range cs {
+		if c.group != group {
+			group = c.group
+			fmt.Fprintf(&out, "\n%s\n%-44s %19s %7s %8s %8s %8s %19s\n", group, "contender", "lifecycle", "ratio", "create", "start", "delete", "isolation")
+		}
+		ratio := 1.0
+		if c.base != nil {
+			ratio = timing.Ratio(c.total, c.base.total)
+		}
+		iso := ""
+		if len(c.iso) > 0 {
+			iso = timing.Ms(c.iso.Median()) + " / " + timing.Ms(c.iso.P95())
+		}
+		fmt.Fprintf(&out, "%-44s %8s / %8s %6.2fx %8s %8s %8s %19s\n", c.name, timing.Ms(c.total.Median()), timing.Ms(c.total.P95()), ratio,
+			timing.Ms(c.create.Median()), timing.Ms(c.start.Median()), timing.Ms(c.delete.Median()), iso)
+	}
+	find := func(group, name string) *lcContender {
+		for _, c := range cs {
+			if strings.HasPrefix(c.group, group) && c.name == name {
+				return c
+			}
+		}
+		return nil
+	}
+	s4, s256 := find("docker", "sforge-runtime, nftables, 4"), find("docker", "sforge-runtime, nftables, 256")
+	h4, h256 := find("podman", "runc + sforge-hook, nftables, 4"), find("podman", "runc + sforge-hook, nftables, 256")
+	seed4, seed256 := find("docker", "runc + seed (exec per rule), 4"), find("docker", "runc + seed (exec per rule), 256")
+	if s4 == nil || s256 == nil || h4 == nil || h256 == nil || seed4 == nil || seed256 == nil {
+		fmt.Print(out.String())
+		return
+	}
+	fmt.Fprintf(&out, "\ntargets (issue 9), nftables engine:\n")
+	fmt.Fprintf(&out, "  shim path, 4 entries:          %.2fx plain runc (target <= 1.15x)\n", timing.Ratio(s4.total, s4.base.total))
+	fmt.Fprintf(&out, "  hooks.d path, 4 entries:       %.2fx plain runc (target <= 1.10x)\n", timing.Ratio(h4.total, h4.base.total))
+	fmt.Fprintf(&out, "  256 / 4 entries, lifecycle:    shim %.2fx, hooks.d %.2fx (target <= 1.15x)\n", timing.Ratio(s256.total, s4.total), timing.Ratio(h256.total, h4.total))
+	fmt.Fprintf(&out, "  seed / shim isolation time:    %.1fx at 4 entries, %.1fx at 256 (target >= 20x)\n", timing.Ratio(seed4.iso, s4.iso), timing.Ratio(seed256.iso, s256.iso))
+	fmt.Fprintf(&out, "  seed / hook isolation time:    %.1fx at 4 entries, %.1fx at 256\n", timing.Ratio(seed4.iso, h4.iso), timing.Ratio(seed256.iso, h256.iso))
+	fmt.Fprintf(&out, "  added to the lifecycle:        shim %s ms, hooks.d %s ms, seed %s ms (4 entries; medians' difference)\n",
+		timing.Ms(s4.total.Median()-s4.base.total.Median()), timing.Ms(h4.total.Median()-h4.base.total.Median()), timing.Ms(seed4.total.Median()-seed4.base.total.Median()))
+	fmt.Print(out.String())
+	b.ReportMetric(timing.Ratio(s4.total, s4.base.total), "shim-nft4/plain")
+	b.ReportMetric(timing.Ratio(h4.total, h4.base.total), "hook-nft4/plain")
+	b.ReportMetric(timing.Ratio(s256.total, s4.total), "shim-256/4")
+	b.ReportMetric(timing.Ratio(seed4.iso, s4.iso), "seed/shim-iso-4")
+}
+
+// nftTables lists the inet tables sforge made in a namespace.
+func nftTables(tb testing.TB, n ns.NetNS) string {
+	var names []string
+	err := n.Do(func(ns.NetNS) error {
+		c, err := nft.New()
+		if err != nil {
+			return err
+		}
+		ts, err := c.ListTablesOfFamily(nft.TableFamilyINet)
+		for _, t := range ts {
+			if strings.HasPrefix(t.Name, "SFORGE") {
+				names = append(names, t.Name)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Join(names, "\n")
+}
+
+// cleanEnv is the benchmark's environment without the sforge settings a
+// developer may have exported.
+func cleanEnv() []string {
+	var env []string
+	for _, e := range os.Environ() {
+		k, _, _ := strings.Cut(e, "=")
+		switch k {
+		case engines.EnvVar, "SFORGE_RUNTIME_CONFIG", "SFORGE_RUNC", "SFORGE_HOOK_LOG":
+			continue
+		}
+		env = append(env, e)
+	}
+	return env
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
