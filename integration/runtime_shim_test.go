@@ -79,7 +79,7 @@ func newShimRuntime(t *testing.T, engineName string, env ...string) *shimRuntime
 	return s
 }
 
-func (s *shimRuntime) logPath() string    { return filepath.Join(s.dir, "runtime.log") }
+func (s *shimRuntime) logPath() string     { return filepath.Join(s.dir, "runtime.log") }
 func (s *shimRuntime) runcLogPath() string { return filepath.Join(s.root, "log.json") }
 
 // command is the shim with containerd's global flags.
