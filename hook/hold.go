@@ -13,7 +13,7 @@ import (
 const holdStage = "hold-netlink"
 
 // holdTimeout bounds a holder whose parent's end of the pipe leaked.
-const holdTimeout = 10 * time.Second
+var holdTimeout = 10 * time.Second
 
 // keep holds the write end of each holder's pipe until the hook exits (an
 // *os.File closes its descriptor when garbage-collected).

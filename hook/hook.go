@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -216,8 +217,16 @@ func (h *Hook) poststop(st *specs.State) {
 		h.Log.Printf("remove container=%s error: %v", st.ID, err)
 		return
 	}
+	handedOff := false
 	if e, ok := eng.(*nftables.Engine); ok && opened {
-		e.HandOff = holdNetlink
+		e.HandOff = func(sock *os.File) error {
+			err := holdNetlink(sock)
+			handedOff = err == nil
+			if err != nil {
+				h.Log.Printf("remove container=%s: no holder for the netlink socket (%v); waiting for the kernel here", st.ID, err)
+			}
+			return err
+		}
 	}
 	err = eng.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
 	result := "ok"
@@ -227,8 +236,12 @@ func (h *Hook) poststop(st *specs.State) {
 	case err != nil:
 		result = "error: " + err.Error()
 	}
-	h.Log.Printf("remove container=%s engine=%s netns=%s duration=%s result=%s",
-		st.ID, eng.Name(), n.Path, time.Since(start).Round(time.Microsecond), result)
+	socket := ""
+	if handedOff {
+		socket = " socket=handed-off"
+	}
+	h.Log.Printf("remove container=%s engine=%s netns=%s duration=%s result=%s%s",
+		st.ID, eng.Name(), n.Path, time.Since(start).Round(time.Microsecond), result, socket)
 }
 
 // oneLine joins the lines of a message (errors.Join output, say) so that

@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/internal/testbundle"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// The removal's netlink socket hand-off (issue 9): after a deleting batch
+// the last close of a netfilter socket waits for an RCU grace period, so
+// Remove can give a duplicate of its socket to the caller, who keeps it
+// in a process nobody waits for. These tests check the kernel state and
+// the processes, not the time saved (bench/lifecycle_test.go measures it).
+
+// TestNftablesRemoveHandOff: HandOff receives the removal's own netfilter
+// socket once the table is gone; a HandOff that fails changes nothing
+// about the removal.
+func TestNftablesRemoveHandOff(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := testenv.NewNetNS(t)
+	a := mustDecode(t, "v1;tcp:198.51.100.10:8080")
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handoff fails=%v", fail), func(t *testing.T) {
+			tg := engine.Target{NetNS: n.Path(), ID: fmt.Sprintf("handoff-%v", fail)}
+			if _, err := nftables.New().Install(tg, a); err != nil {
+				t.Fatal(err)
+			}
+			called := false
+			e := &nftables.Engine{HandOff: func(sock *os.File) error {
+				called = true
+				if left := nftOurs(t, n); len(left) != 0 {
+					t.Errorf("HandOff called while the table exists: %v", left)
+				}
+				proto, err := unix.GetsockoptInt(int(sock.Fd()), unix.SOL_SOCKET, unix.SO_PROTOCOL)
+				if err != nil || proto != unix.NETLINK_NETFILTER {
+					t.Errorf("HandOff got %s: protocol %d (%v), want a netfilter netlink socket", sock.Name(), proto, err)
+				}
+				if fail {
+					return errors.New("no holder")
+				}
+				return sock.Close()
+			}}
+			if err := e.Remove(tg); err != nil {
+				t.Fatalf("Remove: %v", err)
+			}
+			if !called {
+				t.Fatal("HandOff was not called")
+			}
+			requireNoChains(t, n)
+		})
+	}
+}
+
+// TestHookPoststopHandsOff: the built hook's poststop, run as runc runs it
+// (state on stdin, stdout and stderr pipes read to their end), removes the
+// rules of a namespace that outlives the container before it returns,
+// hands its socket to a holder (logged), and the holder does not outlive
+// it for long.
+func TestHookPoststopHandsOff(t *testing.T) {
+	testenv.RequireRoot(t)
+	hookBin := testbundle.Build(t).Hook
+	n := testenv.NewNetNS(t)
+	var sleeper *exec.Cmd
+	if err := n.Do(func(ns.NetNS) error {
+		sleeper = exec.Command("sleep", "600")
+		return sleeper.Start()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	b := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
+	for i := range 3 {
+		id := fmt.Sprintf("handoff-%d", i)
+		state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":%d,"bundle":%q}`, id, sleeper.Process.Pid, b.Dir)
+		for _, stage := range []string{"createRuntime", "poststop"} {
+			cmd := exec.Command(hookBin, stage, "--log", b.LogFile, "--engine", "nftables")
+			cmd.Stdin = strings.NewReader(state)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil || stdout.Len()+stderr.Len() != 0 {
+				t.Fatalf("%s: %v, stdout %q, stderr %q", stage, err, stdout.String(), stderr.String())
+			}
+			if stage == "createRuntime" && len(nftOurs(t, n)) == 0 {
+				t.Fatal("createRuntime installed nothing")
+			}
+		}
+		requireNoChains(t, n)
+		if log := b.Log(); !strings.Contains(log, "remove container="+id+" ") || !strings.Contains(log, "result=ok socket=handed-off") {
+			t.Fatalf("no handed-off removal of %s in the log:\n%s", id, log)
+		}
+	}
+	// The holders exit once their hook has: none is left after a while.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		holders := holderProcesses(hookBin)
+		if len(holders) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holder processes still running: %v", holders)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// holderProcesses lists the pids of `<bin> hold-netlink` processes.
+func holderProcesses(bin string) []string {
+	var pids []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		args := strings.Split(string(b), "\x00")
+		if len(args) >= 2 && args[1] == "hold-netlink" {
+			if exe, err := os.Readlink(filepath.Join(filepath.Dir(p), "exe")); err == nil && exe == bin {
+				pids = append(pids, filepath.Base(filepath.Dir(p)))
+			}
+		}
+	}
+	return pids
+}
