@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -20,6 +23,7 @@ type doctorOptions struct {
 		checks(ctx context.Context) []installer.Finding
 	}
 	shimConfig  func() []installer.Finding
+	ruleEngine  func() []installer.Finding
 	skipPresent bool // check every engine, installed or not (tests)
 }
 
@@ -42,6 +46,55 @@ func checkShimConfig() []installer.Finding {
 			Fix: "fix or remove " + path + " (every setting has a default)"}}
 	}
 	return []installer.Finding{{Check: "shim config", Severity: installer.OK, Message: "sforge-runtime finds runc (" + path + " valid or absent)"}}
+}
+
+// checkRuleEngine reports the rule engine sforge-runtime uses, as it
+// would choose it: $SFORGE_ENGINE, else "engine" in its settings file,
+// else auto.
+func checkRuleEngine() []installer.Finding {
+	path := os.Getenv(shim.ConfigEnv)
+	if path == "" {
+		path = shim.DefaultConfigPath
+	}
+	cfg, err := shim.LoadConfig(path, "/nonexistent/sforge-runtime", os.Getenv)
+	if err != nil {
+		return nil // reported by the shim config check
+	}
+	source := "default"
+	if os.Getenv(engines.EnvVar) != "" {
+		source = "$" + engines.EnvVar
+	} else if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), `"engine"`) {
+		source = path
+	}
+	return engineFindings(cfg.Engine, source, nftables.Supported)
+}
+
+// engineFindings says which engine name resolves to on this host, with
+// probe telling whether the kernel supports nftables (nftables.Supported).
+func engineFindings(name, source string, probe func() error) []installer.Finding {
+	const check = "rule engine"
+	fix := fmt.Sprintf("set \"engine\" in %s (or $%s) to nftables or iptables", shim.DefaultConfigPath, engines.EnvVar)
+	switch name {
+	case engines.Auto:
+		err := probe()
+		switch {
+		case err == nil:
+			return []installer.Finding{{Check: check, Severity: installer.OK,
+				Message: "nftables (auto, " + source + "): the kernel supports nf_tables; rules are installed over netlink, no process spawned"}}
+		case errors.Is(err, nftables.ErrUnsupported):
+			return []installer.Finding{{Check: check, Severity: installer.OK,
+				Message: "iptables (auto, " + source + "): " + err.Error() + "; iptables-restore is used (slower container starts)"}}
+		}
+		return []installer.Finding{{Check: check, Severity: installer.Error,
+			Message: "cannot tell which engine auto would use: " + err.Error(), Fix: "run sforge doctor as root, or " + fix}}
+	case engines.NFTables:
+		if err := probe(); err != nil {
+			return []installer.Finding{{Check: check, Severity: installer.Error,
+				Message: "nftables (forced by " + source + ") but " + err.Error(), Fix: fix}}
+		}
+		return []installer.Finding{{Check: check, Severity: installer.OK, Message: "nftables (forced by " + source + ")"}}
+	}
+	return []installer.Finding{{Check: check, Severity: installer.OK, Message: name + " (forced by " + source + ")"}}
 }
 
 // run prints every finding and returns an error when any is an Error or
@@ -72,6 +125,11 @@ func (o *doctorOptions) run(ctx context.Context, w io.Writer) error {
 		cfg = checkShimConfig
 	}
 	all = append(all, cfg()...)
+	eng := o.ruleEngine
+	if eng == nil {
+		eng = checkRuleEngine
+	}
+	all = append(all, eng()...)
 	sys := o.system
 	if sys == nil {
 		sys = realSystem{}
@@ -106,6 +164,8 @@ func newCmdDoctor(s Streams) *cobra.Command {
     (Engine API), containerd's config.toml, the hooks.d files of podman/CRI-O,
     and that the binaries they name exist and are executable;
   - the shim's settings (/etc/sforge/runtime.json) and that runc is found;
+  - the rule engine in use: nftables (netlink) or iptables, as "engine" in
+    runtime.json or $SFORGE_ENGINE forces it, else as auto picks it;
   - the iptables binaries (iptables, ip6tables and their -restore, for the
     nft and legacy backends);
   - kernel support: a throwaway network namespace is created and a small
