@@ -70,7 +70,9 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 	}
 	start := time.Now()
 	runcTime := start.Sub(begin)
+	cpu0 := cpuTime()
 	rep, err := s.install(a, args, pidFile, p, eng)
+	installCPU := cpuTime() - cpu0
 	if err != nil {
 		if derr := s.deleteContainer(a, args); derr != nil {
 			err = errors.Join(err, derr)
@@ -78,9 +80,9 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		return err
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s spec=%s runc=%s), %s dropped",
+		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s spec=%s runc=%s), %s dropped",
 			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
-			rep.Duration.Round(time.Microsecond), time.Since(start).Round(time.Microsecond),
+			rep.Duration.Round(time.Microsecond), installCPU.Round(time.Microsecond), time.Since(start).Round(time.Microsecond),
 			p.prepared.Round(time.Microsecond), runcTime.Round(time.Microsecond), dropCapability)
 	}
 	return nil
@@ -239,4 +241,15 @@ func sameNS(n *netNS, path string) bool {
 		return false
 	}
 	return a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// cpuTime is the CPU time (user and system) the shim's process has used:
+// the install's share of it tells work from waiting for a CPU on a busy
+// host.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
