@@ -57,7 +57,7 @@ type lcContender struct {
 }
 
 var (
-	shimInstallRe = regexp.MustCompile(`container (\S+): isolated before start \(.* install=(\S+) total=`)
+	shimInstallRe = regexp.MustCompile(`container (\S+): isolated before start \(.* install=(\S+) install-cpu=(\S+) total=`)
 	hookInstallRe = regexp.MustCompile(`install container=(\S+) .* duration=(\S+)`)
 )
 

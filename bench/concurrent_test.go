@@ -1,0 +1,315 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/sforge-dev/netiso/bench/internal/lifecycle"
+	"github.com/sforge-dev/netiso/bench/internal/timing"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/internal/testdocker"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Concurrency benchmark (issue 9): 32 isolated containers started at once
+// through sforge-runtime (nftables, 4 entries), with real runc (Docker
+// 20.10's spec, each container in a namespace of its own, and all of them
+// in one namespace by path, as in a pod), and through a private dockerd
+// with the runtime registered. Every container must start isolated; the
+// isolation time of each (the install the shim logs) is summarised as p50
+// and p99, with the p99/p50 ratio the issue bounds; no table may be left.
+
+const concurrentContainers = 32
+
+// burst starts n functions at once (after all are ready) and returns their
+// durations and errors.
+func burst(n int, f func(i int) error) ([]time.Duration, []error) {
+	ds, errs := make([]time.Duration, n), make([]error, n)
+	var ready, done sync.WaitGroup
+	gate := make(chan struct{})
+	ready.Add(n)
+	done.Add(n)
+	for i := range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gate
+			start := time.Now()
+			errs[i] = f(i)
+			ds[i] = time.Since(start)
+		}()
+	}
+	ready.Wait()
+	close(gate)
+	done.Wait()
+	return ds, errs
+}
+
+// concurrentResult is one scenario's summary.
+type concurrentResult struct {
+	name              string
+	started, failures int
+	start, isolation  timing.Samples
+	cpu               timing.Samples // the install's CPU time
+	leftover          string
+}
+
+func (r concurrentResult) String() string {
+	ratio := 0.0
+	if r.isolation.Median() > 0 {
+		ratio = float64(r.isolation.Quantile(0.99)) / float64(r.isolation.Median())
+	}
+	cpuRatio := 0.0
+	if r.cpu.Median() > 0 {
+		cpuRatio = float64(r.cpu.Quantile(0.99)) / float64(r.cpu.Median())
+	}
+	q := func(s timing.Samples) string {
+		return fmt.Sprintf("%s %s %s %s %s", timing.Ms(s.Median()), timing.Ms(s.Quantile(0.75)), timing.Ms(s.Quantile(0.9)), timing.Ms(s.Quantile(0.99)), timing.Ms(s.Quantile(1)))
+	}
+	return fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s",
+		r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio, "", q(r.cpu), cpuRatio, orNone(r.leftover))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// shimInstallTimes reads the install time (wall and CPU) of each container
+// id from a shim log.
+func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu timing.Samples) {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got := map[string][2]time.Duration{}
+	for _, m := range shimInstallRe.FindAllStringSubmatch(string(b), -1) {
+		w, err1 := time.ParseDuration(m[2])
+		c, err2 := time.ParseDuration(m[3])
+		if err1 != nil || err2 != nil {
+			tb.Fatalf("%q: %v %v", m[0], err1, err2)
+		}
+		got[m[1]] = [2]time.Duration{w, c}
+	}
+	for _, id := range ids {
+		d, ok := got[id]
+		if !ok {
+			tb.Fatalf("container %s: no isolation logged in %s", id, log)
+		}
+		wall, cpu = append(wall, d[0]), append(cpu, d[1])
+	}
+	return wall, cpu
+}
+
+func BenchmarkConcurrentStarts(b *testing.B) {
+	hookRequire(b)
+	if err := lifecycle.SetSubreaper(); err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	shimBin, hookBin := filepath.Join(dir, "sforge-runtime"), filepath.Join(dir, "sforge-hook")
+	build(b, shimBin, "../cmd/sforge-runtime", "")
+	build(b, hookBin, "../cmd/sforge-hook", "")
+	runc := testenv.RequireBinary(b, "runc")
+	busybox := testenv.RequireBinary(b, "busybox")
+	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
+	bursts := rounds(5)
+
+	var results []concurrentResult
+	for _, shared := range []bool{false, true} {
+		name := "runc, private netns each"
+		netns := ""
+		if shared {
+			name = "runc, one netns by path for all"
+			netns = testenv.NewNetNS(b).Path()
+		}
+		log := filepath.Join(dir, fmt.Sprintf("runtime-%v.log", shared))
+		cfg := filepath.Join(dir, fmt.Sprintf("runtime-%v.json", shared))
+		data, _ := json.Marshal(map[string]string{"runtime": runc, "hook": hookBin, "log": log, "engine": engines.Auto})
+		if err := os.WriteFile(cfg, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%v", shared)), Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg)}
+		bundles := make([]*lifecycle.Bundle, concurrentContainers)
+		for i := range bundles {
+			bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("c-%v-%d", shared, i)), lifecycle.Options{
+				Template: "testdata/docker-20.10-config.json", NetNS: netns, Env: []string{allow}, Busybox: busybox})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bundles[i] = bd
+		}
+		res := concurrentResult{name: name}
+		var ids []string
+		for round := range bursts {
+			for _, bd := range bundles {
+				if err := bd.Reset(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			id := func(i int) string { return fmt.Sprintf("cc-%v-%d-%d", shared, round, i) }
+			pid := func(i int) string { return filepath.Join(bundles[i].Dir, id(i)+".pid") }
+			ds, errs := burst(concurrentContainers, func(i int) error { return rt.Create(bundles[i], id(i), pid(i)) })
+			for i, err := range errs {
+				res.started++
+				if err != nil {
+					res.failures++
+					b.Errorf("%s: %v", id(i), err)
+					continue
+				}
+				res.start = append(res.start, ds[i])
+				ids = append(ids, id(i))
+			}
+			// Start, wait and delete them all at once as well: the
+			// poststop hooks of the shared namespace run concurrently.
+			_, errs = burst(concurrentContainers, func(i int) error {
+				if errs[i] != nil {
+					return nil
+				}
+				p, err := lifecycle.ReadPID(pid(i))
+				if err != nil {
+					return err
+				}
+				if err := rt.Start(id(i)); err != nil {
+					return err
+				}
+				if err := lifecycle.WaitExit(p); err != nil {
+					return err
+				}
+				return rt.Delete(id(i))
+			})
+			for i, err := range errs {
+				if err != nil {
+					b.Errorf("%s: %v", id(i), err)
+				}
+			}
+		}
+		res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+		if shared {
+			n, err := nsFromPath(netns)
+			if err != nil {
+				b.Fatal(err)
+			}
+			res.leftover = nftTables(b, n)
+			n.Close()
+		}
+		results = append(results, res)
+	}
+	results = append(results, concurrentDocker(b, dir, shimBin, hookBin, runc, busybox, allow, max(1, bursts/2)))
+
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%d isolated containers started at once (nftables, 4 entries), %d bursts (%d for dockerd); load average %s\n", concurrentContainers, bursts, max(1, bursts/2), loadAvg())
+	fmt.Fprintf(&out, "start = runtime create (runc) or docker run -d (dockerd), wall time; isolation = the install the shim logs; ms p50 / p99\n")
+	fmt.Fprintf(&out, "%-34s %4s %4s  quantiles p50 p75 p90 p99 max (ms)\n", "scenario", "n", "fail")
+	for _, r := range results {
+		fmt.Fprintln(&out, r.String())
+	}
+	fmt.Print(out.String())
+	for _, r := range results {
+		if r.failures > 0 || r.leftover != "" {
+			b.Fatalf("%s: %d failures, tables left: %s", r.name, r.failures, orNone(r.leftover))
+		}
+	}
+}
+
+// concurrentDocker starts the containers through a private dockerd with
+// sforge-runtime registered as runtime "sforge" (daemon.json), all at
+// once, checks that each running container's namespace holds its table,
+// then removes them all.
+func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow string, bursts int) concurrentResult {
+	b.Helper()
+	testenv.RequireBinary(b, "dockerd")
+	log := filepath.Join(dir, "runtime-docker.log")
+	cfg := filepath.Join(dir, "runtime-docker.json")
+	data, _ := json.Marshal(map[string]string{"runtime": runc, "hook": hookBin, "log": log, "engine": engines.Auto})
+	if err := os.WriteFile(cfg, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	// dockerd, containerd and the runc shims inherit it.
+	b.Setenv("SFORGE_RUNTIME_CONFIG", cfg)
+	d := testdocker.Start(b, testdocker.Options{DaemonConfig: map[string]any{
+		"runtimes": map[string]any{"sforge": map[string]any{"path": shimBin}},
+	}})
+	rootfs := filepath.Join(dir, "image")
+	for _, sub := range []string{"bin", "etc", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if data, err := os.ReadFile(busybox); err != nil {
+		b.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "sleep"} {
+		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const image = "sforge-bench/busybox:1"
+	d.ImportImage(b, image, rootfs)
+	res := concurrentResult{name: "dockerd 20.10, --runtime sforge"}
+	var ids []string
+	for round := range bursts {
+		names := make([]string, concurrentContainers)
+		cids := make([]string, concurrentContainers)
+		ds, errs := burst(concurrentContainers, func(i int) error {
+			names[i] = fmt.Sprintf("cc-%d-%d", round, i)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			out, err := d.Docker(ctx, "run", "-d", "--runtime", "sforge", "--name", names[i], "-e", allow, image, "/bin/sleep", "120")
+			if err != nil {
+				return fmt.Errorf("docker run: %v: %s", err, out)
+			}
+			cids[i] = strings.TrimSpace(out)
+			return nil
+		})
+		for i, err := range errs {
+			res.started++
+			if err != nil {
+				res.failures++
+				b.Errorf("%s: %v", names[i], err)
+				continue
+			}
+			res.start = append(res.start, ds[i])
+			ids = append(ids, cids[i])
+			// The running container's own namespace holds its table.
+			pid := strings.TrimSpace(d.MustDocker(b, "inspect", "-f", "{{.State.Pid}}", names[i]))
+			n, err := nsFromPath("/proc/" + pid + "/ns/net")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got := nftTables(b, n); !regexp.MustCompile(`^SFORGE_`).MatchString(got) || strings.Contains(got, "\n") {
+				res.failures++
+				b.Errorf("%s: tables in its namespace %q, want its own", names[i], got)
+			}
+			n.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		if out, err := d.Docker(ctx, append([]string{"rm", "-f"}, names...)...); err != nil {
+			b.Errorf("docker rm: %v: %s", err, out)
+		}
+		cancel()
+	}
+	res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+	if out, err := exec.Command("grep", "-c", "level=error", log).Output(); err == nil && strings.TrimSpace(string(out)) != "0" {
+		b.Errorf("the shim logged errors:\n%s", out)
+	}
+	return res
+}
+
+func nsFromPath(path string) (ns.NetNS, error) { return ns.GetNS(path) }
