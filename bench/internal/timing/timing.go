@@ -37,6 +37,28 @@ func Ratio(a, b Samples) float64 {
 	return float64(a.Median()) / float64(b.Median())
 }
 
+// PairedRatio is the median of a[i]/b[i]: for contenders measured in the
+// same rounds (a[i] and b[i] from round i), it cancels the load that
+// drifts from round to round on a shared machine, which a ratio of
+// medians does not. Zero when the lengths differ or are zero.
+func PairedRatio(a, b Samples) float64 {
+	if len(a) != len(b) || len(a) == 0 {
+		return 0
+	}
+	r := make([]float64, len(a))
+	for i := range a {
+		if b[i] == 0 {
+			return 0
+		}
+		r[i] = float64(a[i]) / float64(b[i])
+	}
+	slices.Sort(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
+}
+
 // Ms formats a duration in milliseconds with three decimals.
 func Ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
 

@@ -20,3 +20,23 @@ func TestQuantiles(t *testing.T) {
 		t.Fatalf("ratio %v", r)
 	}
 }
+
+func TestPairedRatio(t *testing.T) {
+	ms := func(v ...int) Samples {
+		var s Samples
+		for _, x := range v {
+			s = append(s, time.Duration(x)*time.Millisecond)
+		}
+		return s
+	}
+	// Round 3 is slow for both: the paired ratio is unaffected by it.
+	if r := PairedRatio(ms(11, 12, 110), ms(10, 10, 100)); r < 1.099 || r > 1.101 {
+		t.Fatalf("paired ratio %v, want 1.1", r)
+	}
+	if r := PairedRatio(ms(1, 2), ms(1, 1)); r != 1.5 {
+		t.Fatalf("even count: %v", r)
+	}
+	if PairedRatio(ms(1), ms(1, 2)) != 0 || PairedRatio(nil, nil) != 0 || PairedRatio(ms(1), ms(0)) != 0 {
+		t.Fatal("edge cases")
+	}
+}
