@@ -8,6 +8,10 @@
 # destination answered although the network is restricted.
 set -u
 
+# Debian's static busybox wget crashes with its own -T; bound each request
+# with timeout instead.
+fetch() { timeout 10 wget -q -O - "$@" 2>&1; }
+
 echo "agent: my query is: $SFORGE_AGENT_QUERY"
 echo "agent: dependency says: $(cat /workspace/dependency.txt)"
 case "$SFORGE_AGENT_QUERY" in
@@ -17,7 +21,7 @@ esac
 
 judge="${SFORGE_JUDGE_URL:?SFORGE_JUDGE_URL is not set: pass --judge-url}"
 echo "agent: submitting to the judge at $judge/submit"
-if answer=$(wget -q -T 5 -O - --post-data "hello from the agent" "$judge/submit" 2>&1); then
+if answer=$(fetch --post-data "hello from the agent" "$judge/submit"); then
 	echo "agent: the judge answered: $answer"
 else
 	echo "agent: FAILED to reach the judge: $answer"
@@ -26,7 +30,7 @@ fi
 
 for url in ${FORBIDDEN_URLS:-}; do
 	echo "agent: trying a destination that is not the judge: $url"
-	if out=$(wget -q -T 5 -O - "$url" 2>&1); then
+	if out=$(fetch "$url"); then
 		if [ "$isolated" = 1 ]; then
 			echo "agent: LEAK: $url answered although the network is restricted: $out"
 			exit 2
