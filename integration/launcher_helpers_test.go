@@ -48,8 +48,8 @@ type launcherEnv struct {
 	d *testdocker.Daemon
 	// URLs as a container sees them.
 	judgeURL, judgeOtherPortURL, forbiddenURL, v6URL string
-	mu                                                 sync.Mutex
-	submissions                                        []string
+	mu                                               sync.Mutex
+	submissions                                      []string
 }
 
 func repoRoot(t testing.TB) string {
