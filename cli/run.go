@@ -17,8 +17,8 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// newAPIProxy is the in-process `sforge proxy` used by --api-proxy; nil
-// until the proxy package is wired in.
+// newAPIProxy is the in-process `sforge proxy` used by --api-proxy (set in
+// run_proxy.go); a build without it refuses --api-proxy up front.
 var newAPIProxy launcher.NewAPIProxyFunc
 
 // runSignals end a run (tests use another signal).
@@ -119,6 +119,7 @@ when interrupted; the container is removed in every case.`,
 	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker (k8s arrives with the Kubernetes backend)")
 	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
 	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
+	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
 	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status) to this file")
 	f.DurationVar(&o.req.Timeout, "timeout", 0, "kill the agent after this long, e.g. 30m (default: the task's timeout, else none)")
 	f.StringArrayVarP(&o.req.Env, "env", "e", nil, "set NAME=VALUE in the agent's environment, or copy NAME from this one (repeatable)")

@@ -5,7 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +112,9 @@ func TestRunRefusesBeforeContactingTheDaemon(t *testing.T) {
 		{"k8s", nil, []string{"--task", open, "--agent", "codex", "--backend", "k8s"},
 			"--backend k8s: the Kubernetes backend is not yet available in this build; use --backend docker", 2},
 		{"unknown backend", nil, []string{"--task", open, "--agent", "codex", "--backend", "lxc"}, `--backend "lxc": unknown backend (allowed: docker, k8s)`, 2},
-		{"api proxy not built in", nil, []string{"--task", open, "--agent", "codex", "--api-proxy"}, "--api-proxy: this build has no in-process proxy yet", 2},
+		{"api key without api proxy", map[string]string{"OPENAI_API_KEY": "sk"}, []string{"--task", open, "--agent", "codex", "--api-key-env", "OPENAI_API_KEY"}, "--api-key-env needs --api-proxy", 2},
+		{"api key unset", nil, []string{"--task", open, "--agent", "codex", "--api-proxy", "--api-key-env", "NOT_SET_KEY"}, "--api-key-env NOT_SET_KEY: NOT_SET_KEY is not set in this environment", 2},
+		{"api proxy without api", nil, []string{"--task", open, "--agent", "command", "--api-proxy", "--", "/x"}, `--api-proxy: agent "command" has no API URL to proxy`, 2},
 		{"no task", nil, []string{"--agent", "codex"}, "--task is required", 1},
 		{"bad task", nil, []string{"--task", badTimeout, "--agent", "codex"}, `task.json: field "timeout": want a duration like "30m", got 5`, 1},
 		{"unknown agent", nil, []string{"--task", open, "--agent", "nope"}, `--agent "nope": unknown agent`, 2},
@@ -201,5 +207,72 @@ func TestRunSignalCleansUp(t *testing.T) {
 	b, _ := os.ReadFile(report)
 	if !strings.Contains(string(b), `"status": "interrupted"`) {
 		t.Fatalf("report %s", b)
+	}
+}
+
+// proxyBackend plays a daemon whose workload reaches this host on
+// 127.0.0.1; its agent calls the API through the base URL it was given.
+type proxyBackend struct {
+	recordingBackend
+	plan *launcher.Plan
+	got  string
+}
+
+func (b *proxyBackend) Preflight(context.Context, *launcher.Plan) (launcher.HostInfo, error) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	return launcher.HostInfo{
+		Aliases:     map[string]netip.Addr{"host.docker.internal": lo},
+		ProxyListen: lo, ProxyHost: "host.docker.internal",
+		ProxyClients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, AllowlistForm: "env",
+	}, nil
+}
+
+func (b *proxyBackend) Start(_ context.Context, p *launcher.Plan, _, _ io.Writer) error {
+	b.plan = p
+	return nil
+}
+
+func (b *proxyBackend) Wait(ctx context.Context) (int, error) {
+	url := strings.Replace(b.plan.Env["ANTHROPIC_BASE_URL"], "host.docker.internal", "127.0.0.1", 1) + "/v1/messages"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	b.got = string(body)
+	return 0, nil
+}
+
+// TestRunAPIProxy: --api-proxy starts the real in-process proxy, points the
+// agent at it, allows only it (not the upstream API), and with
+// --api-key-env adds the key upstream while the container never gets it.
+func TestRunAPIProxy(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream got %s %s key=%q", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
+	}))
+	defer upstream.Close()
+	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false}`)
+	b := &proxyBackend{}
+	t.Setenv("SFORGE_AGENT_API_BASE_URL", upstream.URL)
+	t.Setenv("ANTHROPIC_API_KEY", "sk-secret")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	var out, errOut bytes.Buffer
+	cmd := newCmdRunWith(Streams{Out: &out, ErrOut: &errOut}, func(string) (launcher.Backend, error) { return b, nil }, tableResolver{})
+	cmd.SetArgs([]string{"--task", dir, "--agent", "claude-code", "--judge-url", "http://198.51.100.10:8080", "--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if b.got != `upstream got POST /v1/messages key="sk-secret"` {
+		t.Fatalf("upstream saw %q", b.got)
+	}
+	if _, ok := b.plan.Env["ANTHROPIC_API_KEY"]; ok {
+		t.Fatal("the container would hold the API key the proxy injects")
+	}
+	port := strings.TrimPrefix(b.plan.APIBaseURL, "http://host.docker.internal:")
+	if want := "v1;tcp:127.0.0.1:" + port + ";tcp:198.51.100.10:8080"; b.plan.AllowlistValue != want {
+		t.Fatalf("allowlist %q, want %q (the upstream must not be allowed)", b.plan.AllowlistValue, want)
 	}
 }

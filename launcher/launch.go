@@ -47,7 +47,13 @@ type APIProxy interface {
 type ProxyConfig struct {
 	Target    string
 	AllowFrom []netip.Prefix
-	Log       io.Writer
+	// APIKey, when set, is added upstream by the proxy; the container
+	// never holds it.
+	APIKey string
+	// APIKeyHeader is where the key goes (the agent profile's header;
+	// empty: the proxy's default for the target).
+	APIKeyHeader string
+	Log          io.Writer
 }
 
 // NewAPIProxyFunc builds the proxy; nil when this build has none.
@@ -197,7 +203,7 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
 		return nil, errors.New("--api-proxy: the backend has no address where the workload can reach this host; run `sforge proxy` on an address it can reach and set " + EnvAPIBaseURL)
 	}
-	prox, err := o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, Log: o.Log})
+	prox, err := o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, APIKey: p.proxyKey, APIKeyHeader: keyHeader(p), Log: o.Log})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the API proxy: %w", err)
 	}
@@ -230,3 +236,10 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func keyHeader(p *Plan) string {
+	if p.proxyKey == "" {
+		return ""
+	}
+	return p.Agent.APIKeyHeader
+}

@@ -51,8 +51,11 @@ type Request struct {
 	Backend         string
 	JudgeURL        string
 	APIProxy        bool
-	Timeout         time.Duration // --timeout; zero: the task's
-	Env             []string      // --env KEY=VALUE or KEY (copied from the caller)
+	// APIKeyEnv names the variable holding the API key the in-process
+	// proxy adds upstream (--api-key-env); it is kept out of the container.
+	APIKeyEnv string
+	Timeout   time.Duration // --timeout; zero: the task's
+	Env       []string      // --env KEY=VALUE or KEY (copied from the caller)
 	// LookupEnv reads the caller's environment; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 }
@@ -103,6 +106,7 @@ type Plan struct {
 	Image string
 
 	judge, api *policy.Target
+	proxyKey   string
 }
 
 // UsageError is a mistake on the command line; the CLI exits with 2.
@@ -230,7 +234,9 @@ func NewPlan(req Request) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if at.IsLoopback() {
+		// With --api-proxy the upstream is reached from this host, where
+		// loopback is fine; only the container's own targets must not be.
+		if at.IsLoopback() && !req.APIProxy {
 			return nil, usagef("%s %q: %s is this machine's loopback, which a container cannot reach; for a `sforge proxy` on this host use http://host.docker.internal:%d, or pass --api-proxy", apiSource, apiURL, at.Host, at.Port)
 		}
 		p.APIBaseURL, p.api = apiURL, &at
@@ -242,6 +248,19 @@ func NewPlan(req Request) (*Plan, error) {
 		// The proxy takes the API's place: the agent is pointed at it
 		// once the backend tells where it can listen.
 		p.UpstreamAPIURL, p.APIBaseURL, p.api = apiURL, "", nil
+	}
+	if req.APIKeyEnv != "" {
+		if !p.APIProxy {
+			return nil, usagef("--api-key-env needs --api-proxy: the key is added by the in-process proxy, so that the container never holds it")
+		}
+		if !agent.ValidEnvName(req.APIKeyEnv) {
+			return nil, usagef("--api-key-env %q: not a valid variable name", req.APIKeyEnv)
+		}
+		key, ok := lookup(req.APIKeyEnv)
+		if !ok || key == "" {
+			return nil, usagef("--api-key-env %s: %s is not set in this environment", req.APIKeyEnv, req.APIKeyEnv)
+		}
+		p.proxyKey = key
 	}
 
 	// Timeout: the flag wins over the task.
@@ -260,6 +279,10 @@ func NewPlan(req Request) (*Plan, error) {
 
 	if err := p.buildEnv(req.Env, lookup); err != nil {
 		return nil, err
+	}
+	if req.APIKeyEnv != "" {
+		// The proxy holds the key; the agent gets none.
+		delete(p.Env, req.APIKeyEnv)
 	}
 	p.Name = workloadName(t.Name)
 	return p, nil

@@ -38,6 +38,9 @@ type Profile struct {
 	Command []string `json:"command"`
 	// Env is added to the agent's environment.
 	Env map[string]string `json:"env,omitempty"`
+	// APIKeyHeader is the header the agent sends its key in; the
+	// in-process proxy (--api-proxy --api-key-env) puts the real key there.
+	APIKeyHeader string `json:"api_key_header,omitempty"`
 	// PassEnv names variables copied from the caller's environment when
 	// they are set there (API keys: never written into a task).
 	PassEnv []string `json:"pass_env,omitempty"`
@@ -61,12 +64,13 @@ func (p Profile) Argv(query string) []string {
 // in one, and the agent is root in its container.
 var builtins = map[string]Profile{
 	"claude-code": {
-		Name:       "claude-code",
-		APIBaseURL: "https://api.anthropic.com",
-		BaseURLEnv: "ANTHROPIC_BASE_URL",
-		Command:    []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
-		Env:        map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
-		PassEnv:    []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
+		Name:         "claude-code",
+		APIBaseURL:   "https://api.anthropic.com",
+		BaseURLEnv:   "ANTHROPIC_BASE_URL",
+		Command:      []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
+		Env:          map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
+		APIKeyHeader: "X-Api-Key",
+		PassEnv:      []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
 	},
 	"codex": {
 		Name:       "codex",
@@ -75,15 +79,17 @@ var builtins = map[string]Profile{
 		// codex's own landlock/seccomp sandbox often cannot start inside a
 		// container; the container is the sandbox. The workspace need not
 		// be a git repository.
-		Command: []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", QueryPlaceholder},
-		PassEnv: []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
+		Command:      []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", QueryPlaceholder},
+		PassEnv:      []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
+		APIKeyHeader: "Authorization",
 	},
 	"gemini-cli": {
-		Name:       "gemini-cli",
-		APIBaseURL: "https://generativelanguage.googleapis.com",
-		BaseURLEnv: "GOOGLE_GEMINI_BASE_URL",
-		Command:    []string{"gemini", "--yolo", "-p", QueryPlaceholder},
-		PassEnv:    []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+		Name:         "gemini-cli",
+		APIBaseURL:   "https://generativelanguage.googleapis.com",
+		BaseURLEnv:   "GOOGLE_GEMINI_BASE_URL",
+		Command:      []string{"gemini", "--yolo", "-p", QueryPlaceholder},
+		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+		APIKeyHeader: "X-Goog-Api-Key",
 	},
 	Generic: {
 		Name: Generic,
@@ -142,6 +148,7 @@ func (r *Registry) Get(name string) (Profile, error) {
 var (
 	namePattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	headerPattern  = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 )
 
 // ValidEnvName reports whether s can be an environment variable name.

@@ -101,7 +101,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"agents": {"x": {"command": ["x"]}}} x`, `agents.json: unexpected data after the JSON object`},
 		{`{}`, `agents.json: field "agents": is required`},
 		{`{"agent": {}}`, `agents.json: field "agent": unknown field (the file has only: agents)`},
-		{`{"agents": {"x": {"command": ["x"], "cmd": ["y"]}}}`, `agents.json: field "agents.x.cmd": unknown field (a profile has: api_base_url, base_url_env, command, env, pass_env)`},
+		{`{"agents": {"x": {"command": ["x"], "cmd": ["y"]}}}`, `agents.json: field "agents.x.cmd": unknown field (a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header)`},
 		{`{"agents": {"x": {"command": "x"}}}`, `agents.json: field "agents.x.command": want an array of strings, got a JSON string`},
 		{`{"agents": {"x": {"command": ["x", 1]}}}`, `agents.json: field "agents.x.command": want a string, got a JSON number`},
 		{`{"agents": {"x": {"command": ["x"], "env": {"A": 1}}}}`, `agents.json: field "agents.x.env": want a string, got a JSON number`},
@@ -114,6 +114,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"agents": {"x": {"command": ["x"], "api_base_url": "https://u:p@h"}}}`, `agents.json: agents.x.api_base_url "https://u:p@h": carries credentials`},
 		{`{"agents": {"x": {"command": ["x"], "base_url_env": "A-B"}}}`, `agents.json: field "agents.x.base_url_env": "A-B" is not a valid variable name`},
 		{`{"agents": {"x": {"command": ["x"], "env": {"1A": "v"}}}}`, `agents.json: field "agents.x.env.1A": is not a valid variable name`},
+		{`{"agents": {"x": {"command": ["x"], "api_key_header": "X Key"}}}`, `agents.json: field "agents.x.api_key_header": "X Key" is not a valid HTTP header name`},
 		{`{"agents": {"x": {"command": ["x"], "pass_env": ["OK", "NOT OK"]}}}`, `agents.json: field "agents.x.pass_env[1]": "NOT OK" is not a valid variable name`},
 	}
 	for _, tt := range tests {

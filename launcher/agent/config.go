@@ -87,6 +87,7 @@ type rawProfile struct {
 	Command    []string          `json:"command"`
 	Env        map[string]string `json:"env"`
 	PassEnv    []string          `json:"pass_env"`
+	KeyHeader  *string           `json:"api_key_header"`
 }
 
 // ParseConfig validates an agents config strictly: unknown fields, wrong
@@ -114,10 +115,16 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 			return nil, fail(field, "%q is the generic agent; its argv comes from the task or after --", Generic)
 		}
 		var rp rawProfile
-		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env"); err != nil {
+		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header"); err != nil {
 			return nil, err
 		}
 		p := Profile{Name: name, Command: rp.Command, Env: rp.Env, PassEnv: rp.PassEnv, Source: file}
+		if rp.KeyHeader != nil {
+			if !headerPattern.MatchString(*rp.KeyHeader) {
+				return nil, fail(field+".api_key_header", "%q is not a valid HTTP header name", *rp.KeyHeader)
+			}
+			p.APIKeyHeader = *rp.KeyHeader
+		}
 		if len(p.Command) == 0 || p.Command[0] == "" {
 			return nil, fail(field+".command", `is required: the argv that runs the agent, e.g. ["aider", "--message", "{query}"]`)
 		}
