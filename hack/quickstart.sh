@@ -111,7 +111,9 @@ if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "imported $IMAGE"
 fi
 GW=$(docker network inspect bridge --format '{{range .IPAM.Config}}{{.Gateway}}{{end}}')
-[[ -n $GW ]] || die "cannot find the Docker bridge gateway (docker network inspect bridge)"
+# A default bridge without --bip lists no gateway (Docker 20.10): docker0 has it.
+[[ -n $GW ]] || GW=$(ip -4 -o addr show dev docker0 2>/dev/null | awk '{print $4}' | cut -d/ -f1 | head -1)
+[[ -n $GW ]] || die "cannot find the Docker bridge gateway (docker network inspect bridge; ip addr show docker0)"
 JUDGE=http://$GW:$JUDGE_PORT
 DECOY=http://$GW:$((JUDGE_PORT + 1))/
 "$ROOT/bin/sforge-example-judge" --listen "$GW:$JUDGE_PORT" --forbidden-listen "$GW:$((JUDGE_PORT + 1))" >"$STATE/judge.log" 2>&1 &

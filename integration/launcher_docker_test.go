@@ -1,12 +1,17 @@
 package integration
 
 import (
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // TestLauncherDocker runs the real bin/sforge against a real private
@@ -85,7 +90,9 @@ func TestLauncherDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 		code := r.wait(t, time.Minute)
-		if code != 130 || !strings.Contains(r.stderr.String(), "interrupted during run; everything the run created was removed") {
+		// "during start" is possible too: the agent's first line can arrive
+		// before the start request has returned.
+		if code != 130 || !strings.Contains(r.stderr.String(), "everything the run created was removed") {
 			t.Fatalf("exit %d\nstderr:\n%s", code, r.stderr)
 		}
 		e.requireNoContainers(t)
@@ -115,6 +122,42 @@ func TestLauncherDocker(t *testing.T) {
 		// client is gone; give it a bounded moment.
 		for i := 0; i < 50 && len(e.containers(t)) > 0; i++ {
 			time.Sleep(200 * time.Millisecond)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("--api-proxy with key injection, agent from an agents config", func(t *testing.T) {
+		// The upstream API listens on the loopback of dockerd's namespace:
+		// only the in-process proxy (on the bridge gateway, same namespace)
+		// can reach it, so the agent's answer proves the proxy path.
+		var ln net.Listener
+		err := e.d.NetNS.Do(func(ns.NetNS) error {
+			var err error
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "api: %s %s key=%s\n", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
+		})}
+		go srv.Serve(ln)
+		defer srv.Close()
+		cfg := filepath.Join(t.TempDir(), "agents.json")
+		agents := `{"agents": {"probe": {"base_url_env": "PROBE_BASE_URL", "api_key_header": "X-Api-Key", "pass_env": ["PROBE_KEY"],
+			"command": ["/bin/sh", "-c", "echo key-in-container=${PROBE_KEY:-none}; timeout 10 wget -q -O - \"$PROBE_BASE_URL/v1/messages\""]}}}`
+		if err := os.WriteFile(cfg, []byte(agents), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := e.startSforgeInNetNS(t, []string{"SFORGE_AGENT_API_BASE_URL=http://" + ln.Addr().String(), "PROBE_KEY=sk-real"},
+			"--task", example, "--agent", "probe", "--agents-config", cfg, "--enable-internet", "--api-proxy", "--api-key-env", "PROBE_KEY")
+		if code := r.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s\nbridge: %s", code, r.stdout, r.stderr, e.d.MustDocker(t, "network", "inspect", "bridge"))
+		}
+		out := r.stdout.String()
+		if !strings.Contains(out, "key-in-container=none") || !strings.Contains(out, "api: GET /v1/messages key=sk-real") {
+			t.Fatalf("stdout:\n%s\nstderr:\n%s", out, r.stderr)
 		}
 		e.requireNoContainers(t)
 	})

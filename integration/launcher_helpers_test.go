@@ -219,10 +219,23 @@ func (l *lockedBuffer) String() string {
 // startSforge starts `sforge run ARGS` against the private daemon.
 func (e *launcherEnv) startSforge(t *testing.T, env []string, args ...string) *sforgeRun {
 	t.Helper()
-	bin := sforgeBinary(t)
-	cmd := exec.Command(bin, append([]string{"run"}, args...)...)
+	return e.startSforgeCmd(t, nil, env, args...)
+}
+
+// startSforgeInNetNS runs sforge inside dockerd's network namespace, where
+// the bridge gateway is a local address (needed by --api-proxy).
+func (e *launcherEnv) startSforgeInNetNS(t *testing.T, env []string, args ...string) *sforgeRun {
+	t.Helper()
+	return e.startSforgeCmd(t, []string{"nsenter", "--net=" + e.d.NetNS.Path(), "--"}, env, args...)
+}
+
+func (e *launcherEnv) startSforgeCmd(t *testing.T, prefix, env []string, args ...string) *sforgeRun {
+	t.Helper()
+	argv := append(append(append([]string{}, prefix...), sforgeBinary(t), "run"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST="+e.d.Host, "XDG_CONFIG_HOME="+t.TempDir())
+
 	cmd.Env = append(cmd.Env, env...)
 	r := &sforgeRun{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, lines: make(chan string, 1000), done: make(chan struct{})}
 	pipe, err := cmd.StdoutPipe()

@@ -91,6 +91,20 @@ func TestLauncherIsolated(t *testing.T) {
 		e.requireNoContainers(t)
 	})
 
+	t.Run("--api-proxy: only the proxy and the judge", func(t *testing.T) {
+		// The upstream is the TEST-NET host: the proxy (in dockerd's
+		// namespace, on the bridge gateway) reaches it, the container
+		// directly must not.
+		api := strings.TrimSuffix(e.forbiddenURL, "/")
+		r := e.startSforgeInNetNS(t, []string{launcher.EnvAPIBaseURL + "=" + api}, "--task", example, "--agent", "command",
+			"--judge-url", e.judgeURL, "--api-proxy", "--",
+			"/bin/sh", "-c", `timeout 10 wget -q -O - "$SFORGE_AGENT_API_BASE_URL/via-proxy" && ! timeout 10 wget -q -O - `+e.forbiddenURL)
+		if code := r.wait(t, 3*time.Minute); code != 0 || !strings.Contains(r.stdout.String(), "forbidden answered") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, r.stdout, r.stderr)
+		}
+		e.requireNoContainers(t)
+	})
+
 	t.Run("exit code propagated", func(t *testing.T) {
 		code, out, errOut := e.run(t, nil, "--task", example, "--agent", "command", "--judge-url", e.judgeURL, "--", "/bin/sh", "-c", "exit 5")
 		if code != 5 {

@@ -123,10 +123,20 @@ func (b *Backend) bridge(ctx context.Context) (gw netip.Addr, subnet netip.Prefi
 		return gw, subnet, false
 	}
 	for _, c := range n.IPAM.Config {
-		g, err1 := netip.ParseAddr(c.Gateway)
-		s, err2 := netip.ParsePrefix(c.Subnet)
-		if err1 == nil && err2 == nil && g.Is4() && s.Addr().Is4() {
-			return g, s.Masked(), true
+		s, err := netip.ParsePrefix(c.Subnet)
+		if err != nil || !s.Addr().Is4() {
+			continue
+		}
+		s = s.Masked()
+		g, err := netip.ParseAddr(c.Gateway)
+		if err != nil {
+			// The default bridge of a daemon started without --bip lists
+			// no gateway (20.10 does so); Docker's IPAM then gives the
+			// bridge the subnet's first address.
+			g = s.Addr().Next()
+		}
+		if g.Is4() && s.Contains(g) {
+			return g, s, true
 		}
 	}
 	return gw, subnet, false

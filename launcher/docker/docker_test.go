@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/network"
+
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -417,5 +419,17 @@ func TestPreflightHostInfo(t *testing.T) {
 	}
 	if h.Details["runtime_path"] != "/usr/local/bin/sforge-runtime" || h.Details["api_version"] != "1.41" {
 		t.Fatalf("details %v", h.Details)
+	}
+}
+
+func TestBridgeGatewayWithoutGatewayField(t *testing.T) {
+	f := newFake("1.41")
+	f.bridge.IPAM.Config = []network.IPAMConfig{{Subnet: "2001:db8:1::/64"}, {Subnet: "172.18.0.0/16"}}
+	h, err := New(f).Preflight(context.Background(), plan(t, simpleTask, launcher.Request{EnableInternet: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ProxyListen.String() != "172.18.0.1" || h.ProxyClients[0].String() != "172.18.0.0/16" {
+		t.Fatalf("host %+v", h)
 	}
 }
