@@ -168,6 +168,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 	timedOut := func() bool { return errors.Is(context.Cause(runCtx), errTimeout) && ctx.Err() == nil }
 
 	phase = "start"
+	fmt.Fprintf(o.Log, "sforge: starting agent %s in container %s\n", p.Agent.Name, p.Name)
 	t0 = time.Now()
 	err = b.Start(runCtx, p, o.Stdout, o.Stderr)
 	rep.Timings.Start = ms(time.Since(t0))
@@ -178,7 +179,6 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		}
 		return rep, err
 	}
-	fmt.Fprintf(o.Log, "sforge: agent %s started in %s\n", p.Agent.Name, p.Name)
 
 	phase = "run"
 	t0 = time.Now()
