@@ -71,12 +71,12 @@ func TestCompareChain(t *testing.T) {
 	// What iptables-nft prints: ctstate reordered, addresses with /32.
 	printed := []string{
 		"-N " + chain,
-		"-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"-A " + chain + " -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
 		"-A " + chain + " -d 127.0.0.11/32 -j REJECT --reject-with icmp-admin-prohibited",
-		"-A " + chain + " -o lo -j ACCEPT",
-		"-A " + chain + " -d 10.96.0.10/32 -p udp -m udp --dport 53 -j ACCEPT",
-		"-A " + chain + " -d 10.96.0.10/32 -p tcp -m tcp --dport 53 -j ACCEPT",
-		"-A " + chain + " -d 198.51.100.10/32 -p tcp -m tcp --dport 8080 -j ACCEPT",
+		"-A " + chain + " -o lo -j RETURN",
+		"-A " + chain + " -d 10.96.0.10/32 -p udp -m udp --dport 53 -j RETURN",
+		"-A " + chain + " -d 10.96.0.10/32 -p tcp -m tcp --dport 53 -j RETURN",
+		"-A " + chain + " -d 198.51.100.10/32 -p tcp -m tcp --dport 8080 -j RETURN",
 		"-A " + chain + " -p tcp -j REJECT --reject-with tcp-reset",
 		"-A " + chain + " -j REJECT --reject-with icmp-admin-prohibited",
 	}
@@ -131,7 +131,7 @@ func TestInstallPayload(t *testing.T) {
 		t.Fatalf("fresh install differs from policy.RestoreInstall:\n%s", fresh)
 	}
 	rerun := installPayload(policy.IPv6, chain, rules, map[string]int{"INPUT": 1, "OUTPUT": 2})
-	want := "*filter\n:" + chain + " - [0:0]\n-A " + chain + " -o lo -j ACCEPT\n" +
+	want := "*filter\n:" + chain + " - [0:0]\n-A " + chain + " -o lo -j RETURN\n" +
 		"-D INPUT -j " + chain + "\n-D OUTPUT -j " + chain + "\n-D OUTPUT -j " + chain + "\n" +
 		"-I INPUT 1 -j " + chain + "\n-I OUTPUT 1 -j " + chain + "\nCOMMIT\n"
 	if rerun != want {
