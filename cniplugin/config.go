@@ -1,0 +1,106 @@
+package cniplugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// PodAnnotationsCapability is the runtimeConfig key under which containerd
+// and CRI-O pass a Pod's annotations to plugins that declare it.
+const PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
+
+// NetConf is sforge-cni's configuration inside a conflist.
+type NetConf struct {
+	types.PluginConf
+
+	// Kubeconfig lets the plugin read the Pod's annotations from the API
+	// server when the runtime does not pass them as a capability.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Engine forces a rule engine: "auto" (default), "iptables", "nftables".
+	Engine string `json:"engine,omitempty"`
+	// LogFile receives one line per ADD/DEL; default /var/log/sforge/cni.log.
+	LogFile string `json:"logFile,omitempty"`
+
+	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty"`
+}
+
+// RuntimeConfig holds the capabilities sforge-cni declares.
+type RuntimeConfig struct {
+	PodAnnotations map[string]string `json:"io.kubernetes.cri.pod-annotations,omitempty"`
+	DNS            *DNSCapability    `json:"dns,omitempty"`
+}
+
+// DNSCapability is the "dns" capability of the CNI conventions, as
+// containerd and CRI-O fill it from the Pod's DNS config.
+type DNSCapability struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// K8sArgs are the CNI_ARGS Kubernetes runtimes set.
+type K8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // names are the protocol's
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
+}
+
+// ParseConfig decodes the plugin's stdin. A missing prevResult is accepted
+// (DEL may not carry one); ADD and CHECK require it themselves.
+func ParseConfig(data []byte) (*NetConf, *current.Result, error) {
+	conf := &NetConf{}
+	if err := json.Unmarshal(data, conf); err != nil {
+		return nil, nil, fmt.Errorf("failed to parse netconf: %w", err)
+	}
+	switch conf.Engine {
+	case "", "auto", "iptables", "nftables":
+	default:
+		return nil, nil, fmt.Errorf("netconf field \"engine\": unknown engine %q (allowed: auto, iptables, nftables)", conf.Engine)
+	}
+	if conf.RawPrevResult == nil {
+		return conf, nil, nil
+	}
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return nil, nil, fmt.Errorf("failed to parse prevResult: %w", err)
+	}
+	res, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to convert prevResult to CNI %s: %w", current.ImplementedSpecVersion, err)
+	}
+	return conf, res, nil
+}
+
+// ParseK8sArgs decodes CNI_ARGS, ignoring keys it does not know.
+func ParseK8sArgs(args string) (K8sArgs, error) {
+	var k K8sArgs
+	k.IgnoreUnknown = true
+	if args == "" {
+		return k, nil
+	}
+	if err := types.LoadArgs(args, &k); err != nil {
+		return K8sArgs{}, fmt.Errorf("failed to parse CNI_ARGS: %w", err)
+	}
+	return k, nil
+}
+
+// dnsServers returns the IPv4 resolvers of the dns capability; IPv6 ones
+// are useless, since IPv6 is blocked.
+func (c *NetConf) dnsServers() []netip.Addr {
+	if c.RuntimeConfig.DNS == nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, s := range c.RuntimeConfig.DNS.Servers {
+		if a, err := netip.ParseAddr(s); err == nil && a.Unmap().Is4() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}

@@ -1,0 +1,230 @@
+package cniplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// PodLookup reads a Pod's annotations from the API server, for runtimes
+// that do not pass them as a capability. It must verify the Pod's UID when
+// one is given, so that a Pod recreated under the same name cannot lend
+// its annotations to another.
+type PodLookup interface {
+	Annotations(ctx context.Context, kubeconfig, namespace, name, uid string) (map[string]string, error)
+}
+
+// Plugin carries the dependencies of the CNI verbs.
+type Plugin struct {
+	// NewEngine returns the rule engine by name ("auto", "iptables",
+	// "nftables").
+	NewEngine func(name string) (engine.Engine, error)
+	// Pods is the API fallback; nil disables it.
+	Pods PodLookup
+	// Stdout receives the result; nil means os.Stdout.
+	Stdout io.Writer
+	// Now is the clock, for log durations.
+	Now func() time.Time
+	// APITimeout bounds the API fallback.
+	APITimeout time.Duration
+}
+
+// DefaultLogFile is where ADD/DEL lines go unless the netconf says otherwise.
+const DefaultLogFile = "/var/log/sforge/cni.log"
+
+// Funcs returns the verbs for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
+}
+
+// Add installs the Pod's rules in its network namespace before any of its
+// containers starts, then passes the previous result through. A Pod
+// without the annotation is untouched. A malformed annotation or a failed
+// installation fails ADD, so the Pod does not start.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	conf, prev, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if prev == nil {
+		return fmt.Errorf("sforge-cni: missing prevResult: chain sforge-cni after the plugin that creates the interface (bridge, flannel, calico...)")
+	}
+	a, found, err := p.allowlist(conf, args)
+	if err != nil {
+		return err
+	}
+	if found {
+		eng, err := p.NewEngine(conf.Engine)
+		if err != nil {
+			return fmt.Errorf("sforge-cni: failed to select rule engine: %w", err)
+		}
+		start := p.now()
+		rep, err := eng.Install(engine.Target{NetNS: args.Netns, ID: args.ContainerID}, a)
+		if err != nil {
+			return fmt.Errorf("sforge-cni: pod %s: failed to install egress rules, refusing to start it: %w", podName(args), err)
+		}
+		p.logf(conf, "ADD container=%s pod=%s engine=%s rules=%d ipv6=%s duration=%s", args.ContainerID, podName(args), rep.Engine, rep.Rules, rep.IPv6, p.now().Sub(start).Round(time.Microsecond))
+	}
+	// Pass the previous result through, in the version the runtime asked for.
+	out, err := prev.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("sforge-cni: failed to convert the result to CNI %s: %w", conf.CNIVersion, err)
+	}
+	return out.PrintTo(p.stdout())
+}
+
+func (p *Plugin) stdout() io.Writer {
+	if p.Stdout != nil {
+		return p.Stdout
+	}
+	return os.Stdout
+}
+
+// Del removes the Pod's rules; it succeeds when the namespace or the rules
+// are already gone, as CNI requires of DEL.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	conf, _, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if args.Netns == "" {
+		return nil
+	}
+	if _, err := os.Stat(args.Netns); err != nil {
+		return nil
+	}
+	eng, err := p.NewEngine(conf.Engine)
+	if err != nil {
+		return fmt.Errorf("sforge-cni: failed to select rule engine: %w", err)
+	}
+	if err := eng.Remove(engine.Target{NetNS: args.Netns, ID: args.ContainerID}); err != nil && !errors.Is(err, engine.ErrNetNSGone) {
+		return fmt.Errorf("sforge-cni: failed to remove egress rules of %s: %w", args.ContainerID, err)
+	}
+	p.logf(conf, "DEL container=%s pod=%s", args.ContainerID, podName(args))
+	return nil
+}
+
+// Check verifies that the rules ADD installed are still in place and match
+// the allowlist.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	conf, prev, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if prev == nil {
+		return fmt.Errorf("sforge-cni: missing prevResult on CHECK")
+	}
+	a, found, err := p.allowlist(conf, args)
+	if err != nil || !found {
+		return err
+	}
+	eng, err := p.NewEngine(conf.Engine)
+	if err != nil {
+		return fmt.Errorf("sforge-cni: failed to select rule engine: %w", err)
+	}
+	if err := eng.Check(engine.Target{NetNS: args.Netns, ID: args.ContainerID}, a); err != nil {
+		return fmt.Errorf("sforge-cni: pod %s: egress rules are not as installed: %w", podName(args), err)
+	}
+	return nil
+}
+
+// GC has nothing to collect: the rules live inside each Pod's network
+// namespace and die with it, and the plugin keeps no state elsewhere.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	_, _, err := ParseConfig(args.StdinData)
+	return err
+}
+
+// Status reports whether the plugin can enforce anything: the rule engine
+// must be usable on this node.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	conf, _, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if _, err := p.NewEngine(conf.Engine); err != nil {
+		return &types.Error{Code: types.ErrPluginNotAvailable, Msg: "sforge-cni cannot enforce egress rules on this node", Details: err.Error()}
+	}
+	return nil
+}
+
+// allowlist finds the Pod's allowlist: the pod-annotations capability
+// first, else the API server when configured. DNS resolvers from the dns
+// capability are added, since Kubernetes Pods resolve names through it.
+func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist, bool, error) {
+	value, found := conf.RuntimeConfig.PodAnnotations[policy.AnnotationKey]
+	if !found && conf.RuntimeConfig.PodAnnotations == nil && conf.Kubeconfig != "" && p.Pods != nil {
+		k, err := ParseK8sArgs(args.Args)
+		if err != nil {
+			return policy.Allowlist{}, false, err
+		}
+		if k.K8S_POD_NAME != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), p.apiTimeout())
+			defer cancel()
+			ann, err := p.Pods.Annotations(ctx, conf.Kubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID))
+			if err != nil {
+				return policy.Allowlist{}, false, fmt.Errorf("sforge-cni: failed to read the annotations of pod %s/%s: %w", k.K8S_POD_NAMESPACE, k.K8S_POD_NAME, err)
+			}
+			value, found = ann[policy.AnnotationKey]
+		}
+	}
+	if !found {
+		return policy.Allowlist{}, false, nil
+	}
+	a, err := policy.Decode(value)
+	if err != nil {
+		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s: %w", podName(args), err)
+	}
+	a.DNS = append(a.DNS, conf.dnsServers()...)
+	return a, true, nil
+}
+
+func (p *Plugin) apiTimeout() time.Duration {
+	if p.APITimeout > 0 {
+		return p.APITimeout
+	}
+	return 10 * time.Second
+}
+
+func (p *Plugin) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// logf appends one line to the log file; a log that cannot be written never
+// changes the outcome.
+func (p *Plugin) logf(conf *NetConf, format string, args ...any) {
+	path := conf.LogFile
+	if path == "" {
+		path = DefaultLogFile
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s sforge-cni "+format+"\n", append([]any{p.now().UTC().Format(time.RFC3339Nano)}, args...)...)
+}
+
+func podName(args *skel.CmdArgs) string {
+	k, err := ParseK8sArgs(args.Args)
+	if err != nil || k.K8S_POD_NAME == "" {
+		return args.ContainerID
+	}
+	return string(k.K8S_POD_NAMESPACE) + "/" + string(k.K8S_POD_NAME)
+}

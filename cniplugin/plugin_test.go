@@ -1,0 +1,297 @@
+package cniplugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+type fakeEngine struct {
+	installed  map[string]policy.Allowlist
+	installErr error
+	removeErr  error
+	checkErr   error
+	calls      []string
+}
+
+func (f *fakeEngine) Name() string { return "fake" }
+func (f *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report, error) {
+	f.calls = append(f.calls, "install "+t.ID+" "+t.NetNS)
+	if f.installErr != nil {
+		return engine.Report{}, f.installErr
+	}
+	f.installed[t.ID] = a
+	return engine.Report{Engine: "fake", Rules: 3, IPv6: "filtered"}, nil
+}
+func (f *fakeEngine) Remove(t engine.Target) error {
+	f.calls = append(f.calls, "remove "+t.ID)
+	delete(f.installed, t.ID)
+	return f.removeErr
+}
+func (f *fakeEngine) Check(t engine.Target, a policy.Allowlist) error {
+	f.calls = append(f.calls, "check "+t.ID)
+	if f.checkErr != nil {
+		return f.checkErr
+	}
+	got, ok := f.installed[t.ID]
+	if !ok {
+		return engine.ErrNotInstalled
+	}
+	if !got.Equal(a) {
+		return errors.New("mismatch")
+	}
+	return nil
+}
+
+type fakePods struct {
+	ann   map[string]string
+	err   error
+	calls []string
+}
+
+func (f *fakePods) Annotations(_ context.Context, kubeconfig, ns, name, uid string) (map[string]string, error) {
+	f.calls = append(f.calls, strings.Join([]string{kubeconfig, ns, name, uid}, " "))
+	return f.ann, f.err
+}
+
+const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.244.0.5/24","gateway":"10.244.0.1","interface":0}]}`
+
+func netconf(t *testing.T, extra map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{
+		"cniVersion": "1.0.0", "name": "k8s", "type": "sforge-cni",
+		"logFile":    filepath.Join(t.TempDir(), "cni.log"),
+		"prevResult": json.RawMessage(prevResult),
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newTestPlugin() (*Plugin, *fakeEngine, *fakePods, *bytes.Buffer) {
+	eng := &fakeEngine{installed: map[string]policy.Allowlist{}}
+	pods := &fakePods{}
+	out := &bytes.Buffer{}
+	p := &Plugin{
+		NewEngine: func(name string) (engine.Engine, error) { return eng, nil },
+		Pods:      pods,
+		Stdout:    out,
+	}
+	return p, eng, pods, out
+}
+
+func cmdArgs(netns string, stdin []byte) *skel.CmdArgs {
+	return &skel.CmdArgs{
+		ContainerID: "sandbox1", Netns: netns, IfName: "eth0",
+		Args:      "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=agent-1;K8S_POD_UID=uid-1",
+		StdinData: stdin,
+	}
+}
+
+func annotations(v string) map[string]any {
+	return map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{policy.AnnotationKey: v, "other": "x"}}}
+}
+
+func TestAddInstallsAndPassesResultThrough(t *testing.T) {
+	p, eng, _, out := newTestPlugin()
+	conf := annotations("v1;tcp:10.0.0.12:8080")
+	conf["runtimeConfig"].(map[string]any)["dns"] = map[string]any{"servers": []string{"10.96.0.10", "fd00::10"}}
+	if err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, conf))); err != nil {
+		t.Fatal(err)
+	}
+	got := eng.installed["sandbox1"]
+	want, _ := policy.Decode("v1;tcp:10.0.0.12:8080;dns:10.96.0.10")
+	if !got.Equal(want) {
+		t.Fatalf("installed %+v, want %+v (DNS from the dns capability, IPv4 only)", got, want)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("result is not JSON: %v: %s", err, out)
+	}
+	if ips := res["ips"].([]any); len(ips) != 1 || ips[0].(map[string]any)["address"] != "10.244.0.5/24" {
+		t.Fatalf("prevResult not passed through: %s", out)
+	}
+}
+
+func TestAddWithoutAnnotationTouchesNothing(t *testing.T) {
+	p, eng, pods, out := newTestPlugin()
+	conf := map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{"other": "x"}}, "kubeconfig": "/etc/k"}
+	if err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, conf))); err != nil {
+		t.Fatal(err)
+	}
+	if len(eng.calls) != 0 || len(pods.calls) != 0 {
+		t.Fatalf("engine calls %v, API calls %v: a Pod without the annotation must be untouched (and the capability trusted)", eng.calls, pods.calls)
+	}
+	if !strings.Contains(out.String(), "10.244.0.5/24") {
+		t.Fatalf("prevResult not passed through: %s", out)
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		conf   map[string]any
+		setup  func(*fakeEngine, *fakePods, *Plugin)
+		want   string
+		noCall bool
+	}{
+		{name: "no prevResult", conf: map[string]any{"prevResult": nil}, want: "missing prevResult: chain sforge-cni after", noCall: true},
+		{name: "malformed annotation", conf: annotations("v1;tcp:bad"), want: "pod default/agent-1: invalid sforge.io/egress value", noCall: true},
+		{name: "install fails", conf: annotations("v1"), setup: func(e *fakeEngine, _ *fakePods, _ *Plugin) { e.installErr = errors.New("iptables-restore: boom") }, want: "failed to install egress rules, refusing to start it: iptables-restore: boom"},
+		{name: "no engine", conf: annotations("v1"), setup: func(_ *fakeEngine, _ *fakePods, p *Plugin) {
+			p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("no iptables") }
+		}, want: "failed to select rule engine: no iptables", noCall: true},
+		{name: "bad engine name", conf: map[string]any{"engine": "pf"}, want: `netconf field "engine": unknown engine "pf"`, noCall: true},
+		{name: "api error", conf: map[string]any{"kubeconfig": "/etc/k"}, setup: func(_ *fakeEngine, f *fakePods, _ *Plugin) { f.err = errors.New("pod UID mismatch") }, want: "failed to read the annotations of pod default/agent-1: pod UID mismatch", noCall: true},
+		{name: "bad json", conf: map[string]any{"runtimeConfig": "nope"}, want: "failed to parse netconf", noCall: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, eng, pods, _ := newTestPlugin()
+			if tt.setup != nil {
+				tt.setup(eng, pods, p)
+			}
+			err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, tt.conf)))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Add error = %v, want %q", err, tt.want)
+			}
+			if tt.noCall && len(eng.calls) != 0 {
+				t.Fatalf("engine called: %v", eng.calls)
+			}
+		})
+	}
+}
+
+func TestAddAPIFallback(t *testing.T) {
+	p, eng, pods, _ := newTestPlugin()
+	pods.ann = map[string]string{policy.AnnotationKey: "v1;tcp:10.0.0.12:8080"}
+	if err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, map[string]any{"kubeconfig": "/etc/k"}))); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.calls) != 1 || pods.calls[0] != "/etc/k default agent-1 uid-1" {
+		t.Fatalf("API calls = %v: want one lookup with the Pod's UID", pods.calls)
+	}
+	if _, ok := eng.installed["sandbox1"]; !ok {
+		t.Fatal("rules not installed from the API's annotation")
+	}
+	// Without a kubeconfig the API is never asked.
+	p2, eng2, pods2, _ := newTestPlugin()
+	if err := p2.Add(cmdArgs("/var/run/netns/x", netconf(t, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods2.calls)+len(eng2.calls) != 0 {
+		t.Fatal("no kubeconfig: nothing to ask, nothing to install")
+	}
+}
+
+func TestDel(t *testing.T) {
+	dir := t.TempDir()
+	nsPath := filepath.Join(dir, "netns")
+	if err := os.WriteFile(nsPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, eng, _, _ := newTestPlugin()
+	// No prevResult on DEL is fine.
+	if err := p.Del(cmdArgs(nsPath, netconf(t, map[string]any{"prevResult": nil}))); err != nil {
+		t.Fatal(err)
+	}
+	if len(eng.calls) != 1 || eng.calls[0] != "remove sandbox1" {
+		t.Fatalf("calls = %v", eng.calls)
+	}
+	// Gone namespace, empty netns, engine reporting the namespace gone: success.
+	eng.calls = nil
+	if err := p.Del(cmdArgs(filepath.Join(dir, "gone"), netconf(t, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Del(cmdArgs("", netconf(t, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if len(eng.calls) != 0 {
+		t.Fatalf("engine called for a missing namespace: %v", eng.calls)
+	}
+	eng.removeErr = engine.ErrNetNSGone
+	if err := p.Del(cmdArgs(nsPath, netconf(t, nil))); err != nil {
+		t.Fatal(err)
+	}
+	eng.removeErr = errors.New("locked")
+	if err := p.Del(cmdArgs(nsPath, netconf(t, nil))); err == nil || !strings.Contains(err.Error(), "failed to remove egress rules of sandbox1: locked") {
+		t.Fatalf("Del error = %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	p, eng, _, _ := newTestPlugin()
+	args := cmdArgs("/var/run/netns/x", netconf(t, annotations("v1;tcp:10.0.0.12:8080")))
+	if err := p.Add(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(args); err != nil {
+		t.Fatalf("Check after Add: %v", err)
+	}
+	delete(eng.installed, "sandbox1")
+	if err := p.Check(args); err == nil || !errors.Is(err, engine.ErrNotInstalled) {
+		t.Fatalf("Check after the rules vanished = %v, want ErrNotInstalled", err)
+	}
+	if err := p.Check(cmdArgs("/x", netconf(t, map[string]any{"prevResult": nil}))); err == nil {
+		t.Fatal("CHECK requires prevResult")
+	}
+	// No annotation: nothing to check.
+	eng.calls = nil
+	if err := p.Check(cmdArgs("/x", netconf(t, nil))); err != nil || len(eng.calls) != 0 {
+		t.Fatalf("Check without annotation = %v, calls %v", err, eng.calls)
+	}
+}
+
+func TestGCAndStatus(t *testing.T) {
+	p, _, _, _ := newTestPlugin()
+	gc := netconf(t, map[string]any{"prevResult": nil, "cni.dev/valid-attachments": []map[string]string{{"containerID": "a", "ifname": "eth0"}}})
+	if err := p.GC(&skel.CmdArgs{StdinData: gc}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if err := p.Status(&skel.CmdArgs{StdinData: netconf(t, map[string]any{"prevResult": nil})}); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("iptables-restore not found") }
+	err := p.Status(&skel.CmdArgs{StdinData: netconf(t, map[string]any{"prevResult": nil})})
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrPluginNotAvailable || !strings.Contains(te.Details, "iptables-restore not found") {
+		t.Fatalf("Status error = %#v, want ErrPluginNotAvailable with details", err)
+	}
+}
+
+func TestAddLogsOneLine(t *testing.T) {
+	p, _, _, _ := newTestPlugin()
+	stdin := netconf(t, annotations("v1"))
+	var conf NetConf
+	_ = json.Unmarshal(stdin, &conf)
+	if err := p.Add(cmdArgs("/var/run/netns/x", stdin)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(conf.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), "ADD container=sandbox1 pod=default/agent-1 engine=fake rules=3") {
+		t.Fatalf("log = %q", b)
+	}
+}

@@ -1,0 +1,261 @@
+// Package testdocker starts a private dockerd for integration tests: its own
+// data root, exec root, socket, pid file and daemon.json, inside a network
+// namespace the test created, so that the bridges and iptables rules dockerd
+// makes never touch the host's network. It is stopped by PID.
+package testdocker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+)
+
+// Options configure a daemon.
+type Options struct {
+	// DaemonConfig is written as daemon.json (nil: an empty object).
+	DaemonConfig map[string]any
+	// ExtraArgs are appended to dockerd's command line.
+	ExtraArgs []string
+}
+
+// Daemon is a running private dockerd.
+type Daemon struct {
+	Dir        string    // everything lives below it
+	Socket     string    // path of the API socket
+	Host       string    // DOCKER_HOST value: unix://<Socket>
+	ConfigFile string    // daemon.json
+	PIDFile    string    // dockerd's pid file
+	ExecRoot   string    // --exec-root
+	NetNS      ns.NetNS  // the namespace dockerd and its containers live in
+	cmd        *exec.Cmd // the dockerd process
+	logPath    string
+}
+
+// Start launches dockerd and waits (bounded) until its API answers. The
+// daemon is stopped and its directory removed when the test ends.
+func Start(t testing.TB, o Options) *Daemon {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "dockerd")
+	testenv.RequireBinary(t, "docker")
+	testenv.RequireBinary(t, "nsenter")
+
+	// Unix socket paths are limited to 108 bytes: keep the directory short.
+	dir, err := os.MkdirTemp("", "sfd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{
+		Dir:        dir,
+		Socket:     filepath.Join(dir, "docker.sock"),
+		ConfigFile: filepath.Join(dir, "daemon.json"),
+		PIDFile:    filepath.Join(dir, "docker.pid"),
+		ExecRoot:   filepath.Join(dir, "exec"),
+		NetNS:      testenv.NewNetNS(t),
+		logPath:    filepath.Join(dir, "dockerd.log"),
+	}
+	d.Host = "unix://" + d.Socket
+	cfg := o.DaemonConfig
+	if cfg == nil {
+		cfg = map[string]any{}
+	}
+	if err := d.WriteConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(d.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	args := []string{
+		"--net=" + d.NetNS.Path(), "--",
+		"dockerd",
+		"--data-root", filepath.Join(dir, "data"),
+		"--exec-root", d.ExecRoot,
+		"--pidfile", d.PIDFile,
+		"-H", d.Host,
+		"--config-file", d.ConfigFile,
+		"--userland-proxy=false",
+		"--log-level", "info",
+	}
+	args = append(args, o.ExtraArgs...)
+	d.cmd = exec.Command("nsenter", args...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	// Its own process group, so a Ctrl-C of `go test` reaches us first and
+	// cleanup stops it in order.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("failed to start dockerd: %v", err)
+	}
+	t.Cleanup(func() { d.stop(t) })
+	if err := d.waitReady(60 * time.Second); err != nil {
+		t.Fatalf("dockerd did not become ready: %v\n--- dockerd log (tail)\n%s", err, d.LogTail(40))
+	}
+	return d
+}
+
+// WriteConfig replaces daemon.json; call Reload for dockerd to read it.
+func (d *Daemon) WriteConfig(cfg map[string]any) error {
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(d.ConfigFile, b, 0o644)
+}
+
+// PID is dockerd's process id (nsenter execs it, so it is the child's).
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+
+// Reload sends SIGHUP, which makes dockerd re-read daemon.json (runtimes
+// included).
+func (d *Daemon) Reload() error { return d.cmd.Process.Signal(syscall.SIGHUP) }
+
+// HTTPClient talks to the daemon's API socket.
+func (d *Daemon) HTTPClient() *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "unix", d.Socket)
+		}},
+	}
+}
+
+func (d *Daemon) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := d.HTTPClient()
+	c.Timeout = 2 * time.Second
+	var last error
+	for time.Now().Before(deadline) {
+		if d.cmd.ProcessState != nil {
+			return fmt.Errorf("dockerd exited: %v", d.cmd.ProcessState)
+		}
+		resp, err := c.Get("http://docker/_ping")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/_ping: %s", resp.Status)
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out after %s: %v", timeout, last)
+}
+
+// Docker runs the docker CLI against this daemon and returns its combined
+// output. It never fails the test by itself.
+func (d *Daemon) Docker(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "docker", append([]string{"-H", d.Host}, args...)...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// MustDocker is Docker with a 2-minute bound that fails the test on error.
+func (d *Daemon) MustDocker(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := d.Docker(ctx, args...)
+	if err != nil {
+		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// ImportImage builds an image from a directory tree (for example a static
+// binary and busybox) with `docker import`: there is no registry here.
+func (d *Daemon) ImportImage(t testing.TB, name, rootfs string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tar := exec.CommandContext(ctx, "tar", "-C", rootfs, "-c", ".")
+	imp := exec.CommandContext(ctx, "docker", "-H", d.Host, "import", "-", name)
+	pipe, err := tar.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp.Stdin = pipe
+	var out bytes.Buffer
+	imp.Stdout, imp.Stderr = &out, &out
+	if err := tar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Run(); err != nil {
+		t.Fatalf("docker import %s: %v\n%s", name, err, out.String())
+	}
+	if err := tar.Wait(); err != nil {
+		t.Fatalf("tar %s: %v", rootfs, err)
+	}
+}
+
+// LogTail returns the last n lines of dockerd's log.
+func (d *Daemon) LogTail(n int) string {
+	b, _ := os.ReadFile(d.logPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stop removes leftover containers, then stops dockerd by PID (SIGTERM,
+// then SIGKILL after a bound) and removes what it left on disk.
+func (d *Daemon) stop(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := d.Docker(ctx, "ps", "-aq"); err == nil && strings.TrimSpace(out) != "" {
+		_, _ = d.Docker(ctx, append([]string{"rm", "-f"}, strings.Fields(out)...)...)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Logf("dockerd (pid %d) did not stop in 20s; killing it", d.PID())
+		_ = d.cmd.Process.Kill()
+		<-done
+	}
+	if t.Failed() {
+		t.Logf("--- dockerd log (tail)\n%s", d.LogTail(60))
+	}
+	unmountBelow(d.Dir)
+	_ = os.RemoveAll(d.Dir)
+}
+
+// unmountBelow lazily unmounts every mount point under dir (overlay layers,
+// netns bind mounts, shm), deepest first.
+func unmountBelow(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
+}
