@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/sforge-dev/netiso/engine/engines"
 )
 
 // PodAnnotationsCapability is the runtimeConfig key under which containerd
@@ -21,7 +25,8 @@ type NetConf struct {
 	// Kubeconfig lets the plugin read the Pod's annotations from the API
 	// server when the runtime does not pass them as a capability.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
-	// Engine forces a rule engine: "auto" (default), "iptables", "nftables".
+	// Engine forces a rule engine (engines.Names); empty means the
+	// SFORGE_ENGINE environment variable, else auto.
 	Engine string `json:"engine,omitempty"`
 	// LogFile receives one line per ADD/DEL; default /var/log/sforge/cni.log.
 	LogFile string `json:"logFile,omitempty"`
@@ -59,10 +64,8 @@ func ParseConfig(data []byte) (*NetConf, *current.Result, error) {
 	if err := json.Unmarshal(data, conf); err != nil {
 		return nil, nil, fmt.Errorf("failed to parse netconf: %w", err)
 	}
-	switch conf.Engine {
-	case "", "auto", "iptables", "nftables":
-	default:
-		return nil, nil, fmt.Errorf("netconf field \"engine\": unknown engine %q (allowed: auto, iptables, nftables)", conf.Engine)
+	if conf.Engine != "" && !slices.Contains(engines.Names, conf.Engine) {
+		return nil, nil, fmt.Errorf("netconf field \"engine\": unknown engine %q (allowed: %s)", conf.Engine, strings.Join(engines.Names, ", "))
 	}
 	if conf.RawPrevResult == nil {
 		return conf, nil, nil

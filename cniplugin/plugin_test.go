@@ -161,7 +161,7 @@ func TestAddErrors(t *testing.T) {
 		{name: "no engine", conf: annotations("v1"), setup: func(_ *fakeEngine, _ *fakePods, p *Plugin) {
 			p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("no iptables") }
 		}, want: "failed to select rule engine: no iptables", noCall: true},
-		{name: "bad engine name", conf: map[string]any{"engine": "pf"}, want: `netconf field "engine": unknown engine "pf"`, noCall: true},
+		{name: "bad engine name", conf: map[string]any{"engine": "pf"}, want: `netconf field "engine": unknown engine "pf" (allowed: auto, nftables`, noCall: true},
 		{name: "api error", conf: map[string]any{"kubeconfig": "/etc/k"}, setup: func(_ *fakeEngine, f *fakePods, _ *Plugin) { f.err = errors.New("pod UID mismatch") }, want: "failed to read the annotations of pod default/agent-1: pod UID mismatch", noCall: true},
 		{name: "bad json", conf: map[string]any{"runtimeConfig": "nope"}, want: "failed to parse netconf", noCall: true},
 	}

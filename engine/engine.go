@@ -28,7 +28,7 @@ type Report struct {
 	Engine   string        // "iptables-nft", "iptables-legacy", "nftables"
 	Chain    string        // chain (or table) name
 	Rules    int           // rules installed, both families
-	IPv6     string        // "filtered" or "disabled" (sysctl fallback)
+	IPv6     string        // "filtered", "disabled" (sysctl fallback) or "absent" (no IPv6 in the kernel)
 	Duration time.Duration // time spent, namespace entry included
 }
 

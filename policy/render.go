@@ -222,7 +222,12 @@ func iptablesSpec(r Rule) []string {
 	}
 	switch r.Verdict {
 	case VerdictAccept:
-		s = append(s, "-j", "ACCEPT")
+		// RETURN, not ACCEPT: ACCEPT would end the whole traversal of
+		// OUTPUT, so when containers share a namespace the first chain's
+		// allowlist would overrule the others'. With RETURN every chain
+		// jumped to must let a packet pass, as with nftables, where each
+		// container's table is evaluated on its own.
+		s = append(s, "-j", "RETURN")
 	case VerdictDrop:
 		s = append(s, "-j", "DROP")
 	case VerdictRejectReset:

@@ -1,12 +1,11 @@
-// Command sforge-cni is not implemented yet; its issue replaces this placeholder.
+// Command sforge-cni is the chained CNI plugin that installs a Work Pod's
+// egress allowlist in its network namespace at ADD, before any of its
+// containers starts.
 package main
 
 import (
-	"fmt"
-	"os"
+	"github.com/sforge-dev/netiso/cniplugin"
+	"github.com/sforge-dev/netiso/cniplugin/podapi"
 )
 
-func main() {
-	fmt.Fprintln(os.Stderr, "sforge-cni: not implemented")
-	os.Exit(1)
-}
+func main() { cniplugin.Main(podapi.Lookup{}) }

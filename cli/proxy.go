@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sforge-dev/netiso/proxy"
+)
+
+// proxyOptions are the flags of `sforge proxy`.
+type proxyOptions struct {
+	target          string
+	port            int
+	listen          string
+	apiKeyEnv       string
+	apiKeyHeader    string
+	allowFrom       []string
+	shutdownTimeout time.Duration
+
+	lookupEnv func(string) (string, bool)
+	portSet   bool
+	cfg       proxy.Config
+	network   string
+	addr      string
+}
+
+func newCmdProxy(s Streams) *cobra.Command { return newCmdProxyEnv(s, os.LookupEnv) }
+
+func newCmdProxyEnv(s Streams, lookupEnv func(string) (string, bool)) *cobra.Command {
+	o := &proxyOptions{lookupEnv: lookupEnv}
+	cmd := &cobra.Command{
+		Use:   "proxy --target URL --port N [--listen ADDR] [--api-key-env VAR] [--allow-from CIDR]...",
+		Short: "Run a reverse proxy on the host to the AI API, for isolated containers",
+		Long: `Run a reverse proxy on this host that forwards every request to --target.
+
+An isolated container may then reach only this proxy, and the proxy reaches
+the API: itself honouring HTTPS_PROXY, HTTP_PROXY and NO_PROXY, so a corporate
+forward proxy is used (CONNECT for https targets). Injecting the proxy
+variables into the container instead does not work with isolation.
+
+Responses stream as they arrive (server-sent events are not held back),
+protocol upgrades pass through, the Host header is the target's, and the path
+of --target prefixes every request's path. Each request is logged to stderr as
+one line (client, method, path, status, bytes, duration); query strings and
+keys never are. SIGINT or SIGTERM stops accepting and lets requests in flight
+finish for up to --shutdown-timeout.
+
+API key. With --api-key-env VAR the proxy reads the real key from $VAR once,
+at start, and adds it to every upstream request, so the container never holds
+it (give the agent any placeholder key). The header is x-api-key for
+*.anthropic.com, x-goog-api-key for *.googleapis.com and
+"Authorization: Bearer KEY" for every other target; --api-key-header names
+another (Authorization gets "Bearer KEY", any other header the bare key).
+Credentials the client sends (Authorization, x-api-key, x-goog-api-key,
+api-key) are removed first.
+
+Who may connect. The proxy listens on 0.0.0.0 by default, because containers
+reach it through the Docker bridge (host.docker.internal is the bridge's
+gateway) or the node's address, not through the host's loopback. Without
+--allow-from only loopback and private addresses (127.0.0.0/8, 10.0.0.0/8,
+172.16.0.0/12, 192.168.0.0/16, ::1, fc00::/7) may use it; others get 403.
+Each --allow-from replaces that list: narrow it to the networks your
+containers use (Docker's default bridge is 172.17.0.0/16). Never open it with
+0.0.0.0/0 together with --api-key-env on a host with a public address:
+anyone who reaches the port would spend your key.`,
+		Example: `  # The seed's setup: on the host, the API through the corporate proxy
+  HTTPS_PROXY="http://corp-proxy.example.com:8080" \
+  sforge proxy --target https://api.anthropic.com --port 9090
+
+  # Keep the key on the host; only Docker's default bridge may connect
+  export ANTHROPIC_API_KEY=sk-ant-...
+  sforge proxy --target https://api.anthropic.com --port 9090 \
+    --api-key-env ANTHROPIC_API_KEY --allow-from 172.17.0.0/16
+
+  # Then, in another terminal, the container reaches only the proxy
+  SFORGE_AGENT_API_BASE_URL="http://host.docker.internal:9090" \
+  sforge run --task ./task --agent claude-code --disable-internet
+
+  # An OpenAI-compatible gateway under a path, key in a custom header
+  sforge proxy --target https://gw.example.com/openai --port 9091 \
+    --api-key-env GW_KEY --api-key-header X-Gateway-Key`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.portSet = cmd.Flags().Changed("port")
+			if err := o.complete(s); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.target, "target", "", "base URL of the API to forward to (required), e.g. https://api.anthropic.com")
+	f.IntVar(&o.port, "port", 0, "port to listen on (required), e.g. 9090")
+	f.StringVar(&o.listen, "listen", "0.0.0.0", "IP address to listen on; the default (all) lets containers reach the proxy")
+	f.StringVar(&o.apiKeyEnv, "api-key-env", "", "environment variable holding the real API key, which the proxy adds upstream")
+	f.StringVar(&o.apiKeyHeader, "api-key-header", "", "header that carries the key (default: by target, see above)")
+	f.StringArrayVar(&o.allowFrom, "allow-from", nil, "client network (CIDR or address) allowed to use the proxy (repeatable; default: loopback and private networks)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "how long requests in flight may continue after SIGINT/SIGTERM")
+	return cmd
+}
+
+// complete turns the flags into a proxy.Config and a listen address; every
+// error names its flag.
+func (o *proxyOptions) complete(s Streams) error {
+	if o.target == "" {
+		return fmt.Errorf("--target is required (the API's base URL, e.g. https://api.anthropic.com)")
+	}
+	target, err := proxy.ParseTarget("--target", o.target)
+	if err != nil {
+		return err
+	}
+	if !o.portSet {
+		return fmt.Errorf("--port is required (the port containers connect to, e.g. 9090)")
+	}
+	if o.port < 1 || o.port > 65535 {
+		return fmt.Errorf("--port %d: want 1-65535", o.port)
+	}
+	ip, err := netip.ParseAddr(o.listen)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("--listen %q: want an IP address such as 0.0.0.0 (all), 127.0.0.1 or 172.17.0.1", o.listen)
+	}
+	o.addr = net.JoinHostPort(ip.String(), strconv.Itoa(o.port))
+	// Go would answer "0.0.0.0" with a dual-stack socket; the user asked
+	// for IPv4. "::" stays dual-stack, as people expect of it.
+	o.network = "tcp"
+	if ip.Is4() {
+		o.network = "tcp4"
+	}
+	if o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive, got %s", o.shutdownTimeout)
+	}
+	o.cfg = proxy.Config{
+		Target:          target,
+		Logger:          slog.New(slog.NewTextHandler(s.ErrOut, nil)),
+		ShutdownTimeout: o.shutdownTimeout,
+	}
+	if o.apiKeyHeader != "" && o.apiKeyEnv == "" {
+		return fmt.Errorf("--api-key-header needs --api-key-env (the variable that holds the key)")
+	}
+	if o.apiKeyEnv != "" {
+		if o.cfg.APIKey, err = proxy.APIKeyFromEnv(o.apiKeyEnv, o.lookupEnv); err != nil {
+			return err
+		}
+		if o.apiKeyHeader != "" {
+			if o.cfg.APIKeyHeader, err = proxy.ParseAPIKeyHeader("--api-key-header", o.apiKeyHeader); err != nil {
+				return err
+			}
+		}
+	}
+	if len(o.allowFrom) > 0 {
+		if o.cfg.AllowFrom, err = proxy.ParseAllowFrom("--allow-from", o.allowFrom); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run listens and serves until SIGINT or SIGTERM (or the command's context)
+// ends it. A second signal kills the process the default way.
+func (o *proxyOptions) run(parent context.Context) error {
+	if parent == nil {
+		parent = context.Background()
+	}
+	p, err := proxy.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen(o.network, o.addr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s (--listen, --port): %w", o.addr, err)
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	defer stop()
+	return p.Serve(ctx, ln)
+}

@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const proxyTestKey = "sk-cli-test-secret"
+
+var proxyTestEnv = map[string]string{"KEY": proxyTestKey, "EMPTY": ""}
+
+func proxyLookup(k string) (string, bool) { v, ok := proxyTestEnv[k]; return v, ok }
+
+// runProxyCmd runs `sforge proxy ARGS` until ctx is done.
+func runProxyCmd(ctx context.Context, out io.Writer, args ...string) error {
+	cmd := newCmdProxyEnv(Streams{Out: out, ErrOut: out}, proxyLookup)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	return cmd.ExecuteContext(ctx)
+}
+
+// TestProxyFlagErrors: each bad flag fails before anything listens, with a
+// message naming the flag, and the key's value never appears.
+func TestProxyFlagErrors(t *testing.T) {
+	base := []string{"--target", "https://api.anthropic.com", "--port", "9090"}
+	with := func(extra ...string) []string { return append(append([]string{}, base...), extra...) }
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--port", "9090"}, "--target is required (the API's base URL, e.g. https://api.anthropic.com)"},
+		{[]string{"--target", "https://api.anthropic.com"}, "--port is required (the port containers connect to, e.g. 9090)"},
+		{[]string{"--target", "ftp://x", "--port", "9090"}, `--target "ftp://x": has scheme "ftp" (allowed: http, https)`},
+		{[]string{"--target", "api.anthropic.com", "--port", "9090"}, `--target "api.anthropic.com": is not of the form http[s]://HOST[:PORT][/PATH]`},
+		{[]string{"--target", "https://k:s@api.anthropic.com", "--port", "9090"}, "carries credentials (user:password@); pass the API key with --api-key-env instead"},
+		{[]string{"--target", "https://", "--port", "9090"}, `--target "https://": has no host`},
+		{[]string{"--target", "https://a/?key=1", "--port", "9090"}, "has a query or fragment"},
+		{[]string{"--target", "https://a", "--port", "0"}, "--port 0: want 1-65535"},
+		{[]string{"--target", "https://a", "--port", "65536"}, "--port 65536: want 1-65535"},
+		{[]string{"--target", "https://a", "--port", "x"}, `invalid argument "x" for "--port"`},
+		{with("--listen", "localhost"), `--listen "localhost": want an IP address such as 0.0.0.0 (all), 127.0.0.1 or 172.17.0.1`},
+		{with("--listen", "fe80::1%eth0"), `--listen "fe80::1%eth0": want an IP address`},
+		{with("--api-key-env", "MISSING"), "--api-key-env: environment variable MISSING is not set; export it in the shell that starts the proxy"},
+		{with("--api-key-env", "EMPTY"), "--api-key-env: environment variable EMPTY is empty"},
+		{with("--api-key-header", "x-api-key"), "--api-key-header needs --api-key-env (the variable that holds the key)"},
+		{with("--api-key-env", "KEY", "--api-key-header", "x api"), `--api-key-header "x api": not a valid header name`},
+		{with("--api-key-env", "KEY", "--api-key-header", "Host"), `--api-key-header "Host": a hop-by-hop or framing header cannot carry the key`},
+		{with("--allow-from", "172.17.0.1/16"), `--allow-from "172.17.0.1/16": network has host bits set (did you mean 172.17.0.0/16?)`},
+		{with("--allow-from", "10.0.0.0/8", "--allow-from", "docker0"), `--allow-from "docker0": want a CIDR such as 172.17.0.0/16 or an address`},
+		{with("--shutdown-timeout", "0s"), "--shutdown-timeout must be positive, got 0s"},
+		{with("extra"), `unknown command "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			err := runProxyCmd(context.Background(), &out, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if strings.Contains(err.Error()+out.String(), proxyTestKey) {
+				t.Fatalf("the key leaked: %v %s", err, out.String())
+			}
+			if strings.Contains(out.String(), "listening") {
+				t.Fatalf("started listening despite the error:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestProxyPortInUse: a port that cannot be bound is an error naming the
+// address and the flags.
+func TestProxyPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	var out bytes.Buffer
+	err = runProxyCmd(context.Background(), &out, "--target", "https://api.anthropic.com", "--listen", "127.0.0.1", "--port", fmt.Sprint(port))
+	want := fmt.Sprintf("failed to listen on 127.0.0.1:%d (--listen, --port): ", port)
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error = %v, want prefix %q", err, want)
+	}
+}
+
+// TestProxyCommandServes: the command listens where told, forwards to the
+// target's path with the key from the environment, logs, and returns nil
+// once its context ends.
+func TestProxyCommandServes(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s key=%s", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
+	}))
+	defer up.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	out := &proxyLogBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runProxyCmd(ctx, out, "--target", up.URL+"/base", "--listen", "127.0.0.1", "--port", fmt.Sprint(port),
+			"--api-key-env", "KEY", "--api-key-header", "x-api-key", "--allow-from", "127.0.0.0/8")
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", port)
+	var resp *http.Response
+	for range 100 {
+		if resp, err = http.Get(url); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("proxy never answered: %v\n%s", err, out)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "GET /base/v1/models key=" + proxyTestKey; resp.StatusCode != http.StatusOK || string(body) != want {
+		t.Fatalf("status %d body %q, want %q", resp.StatusCode, body, want)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("command returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("command did not stop")
+	}
+	logs := out.String()
+	for _, want := range []string{"msg=listening", "key_header=X-Api-Key", "msg=request", "path=/v1/models", "status=200", "msg=stopped"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, proxyTestKey) {
+		t.Errorf("logs show the key:\n%s", logs)
+	}
+}
+
+// proxyLogBuffer collects the command's log lines from its goroutines.
+type proxyLogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *proxyLogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *proxyLogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

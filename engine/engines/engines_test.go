@@ -1,0 +1,56 @@
+package engines
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/engine/nftables"
+)
+
+func TestOpen(t *testing.T) {
+	supported := func() error { return nil }
+	unsupported := func() error { return fmt.Errorf("%w: kernel 4.19", nftables.ErrUnsupported) }
+	broken := func() error { return errors.New("failed to probe nf_tables: operation not permitted") }
+	tests := []struct {
+		name  string
+		probe func() error
+		want  string // engine Name(), or an error substring after "error: "
+	}{
+		{"", supported, "nftables"},
+		{"auto", supported, "nftables"},
+		{"auto", unsupported, "iptables"},
+		{"auto", broken, "error: force one with SFORGE_ENGINE"},
+		{"nftables", unsupported, "nftables"},
+		{"iptables", supported, "iptables"},
+		{"iptables-nft", supported, "iptables-nft"},
+		{"iptables-legacy", supported, "iptables-legacy"},
+		{" nftables ", supported, "nftables"},
+		{"ebpf", supported, `error: unknown engine "ebpf" (allowed: auto, nftables, iptables, iptables-nft, iptables-legacy)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+"/"+tt.want, func(t *testing.T) {
+			e, err := Open(Options{Name: tt.name, probe: tt.probe})
+			if want, ok := strings.CutPrefix(tt.want, "error: "); ok {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("got %v, want an error containing %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() != tt.want {
+				t.Fatalf("engine %s, want %s", e.Name(), tt.want)
+			}
+		})
+	}
+}
+
+func TestFromEnvNamesTheVariable(t *testing.T) {
+	t.Setenv(EnvVar, "bogus")
+	if _, err := FromEnv(); err == nil || !strings.HasPrefix(err.Error(), EnvVar+": unknown engine") {
+		t.Fatalf("got %v", err)
+	}
+}

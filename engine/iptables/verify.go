@@ -1,0 +1,194 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// The checks here compare what `iptables -S` lists with what we rendered.
+// They are pure so that they can be table-tested against the output forms
+// of both backends.
+
+// optionAliases maps long options to the short forms `iptables -S` prints.
+var optionAliases = map[string]string{
+	"--destination":      "-d",
+	"--source":           "-s",
+	"--protocol":         "-p",
+	"--jump":             "-j",
+	"--match":            "-m",
+	"--in-interface":     "-i",
+	"--out-interface":    "-o",
+	"--destination-port": "--dport",
+	"--source-port":      "--sport",
+}
+
+// normaliseRule turns a rule specification (the words after "-A CHAIN")
+// into a comparable key. iptables lists a rule in its own form: addresses
+// get a prefix length ("-d 1.2.3.4" becomes "-d 1.2.3.4/32"), conntrack
+// states are reordered, the two backends may order match options
+// differently. The key is therefore the sorted multiset of option groups
+// (an option with its values), with values canonicalised. Sorting loses
+// which "-m" an option follows; our rules never carry two matches that
+// share an option name, so that is safe for comparing them.
+func normaliseRule(f policy.Family, spec []string) string {
+	var groups []string
+	var cur []string
+	negate := false
+	flush := func() {
+		if len(cur) > 0 {
+			groups = append(groups, strings.Join(cur, " "))
+		}
+		cur = nil
+	}
+	for _, tok := range spec {
+		switch {
+		case tok == "!":
+			flush()
+			negate = true
+		case len(tok) > 1 && tok[0] == '-':
+			flush()
+			if a, ok := optionAliases[tok]; ok {
+				tok = a
+			}
+			if negate {
+				tok = "!" + tok
+				negate = false
+			}
+			cur = []string{tok}
+		default:
+			if len(cur) == 0 {
+				// A value with no option: keep it as its own group so
+				// that it still takes part in the comparison.
+				cur = []string{""}
+			}
+			cur = append(cur, canonicalValue(f, strings.TrimPrefix(cur[0], "!"), tok))
+		}
+	}
+	flush()
+	slices.Sort(groups)
+	return strings.Join(groups, " ; ")
+}
+
+func canonicalValue(f policy.Family, option, v string) string {
+	switch option {
+	case "-d", "-s":
+		if !strings.Contains(v, "/") {
+			if a, err := netip.ParseAddr(v); err == nil {
+				return netip.PrefixFrom(a, a.BitLen()).String()
+			}
+			return v
+		}
+		if p, err := netip.ParsePrefix(v); err == nil {
+			return p.String()
+		}
+	case "--ctstate", "--state":
+		states := strings.Split(v, ",")
+		slices.Sort(states)
+		return strings.Join(states, ",")
+	}
+	return v
+}
+
+// splitRule splits one line of `iptables -S` output into words, keeping
+// double-quoted strings (comments) whole.
+func splitRule(line string) []string {
+	var out []string
+	var b strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && inQuote && i+1 < len(line):
+			i++
+			b.WriteByte(line[i])
+		case c == '"':
+			inQuote = !inQuote
+			have = true
+		case c == ' ' && !inQuote:
+			if have {
+				out = append(out, b.String())
+				b.Reset()
+				have = false
+			}
+		default:
+			b.WriteByte(c)
+			have = true
+		}
+	}
+	if have {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// chainRules returns the specifications of the rules `iptables -S chain`
+// listed for chain, in order.
+func chainRules(chain string, listed []string) [][]string {
+	var out [][]string
+	for _, line := range listed {
+		w := splitRule(line)
+		if len(w) >= 2 && w[0] == "-A" && w[1] == chain {
+			out = append(out, w[2:])
+		}
+	}
+	return out
+}
+
+// compareChain checks that chain holds exactly want, in order.
+func compareChain(f policy.Family, chain string, listed []string, want [][]string) error {
+	got := chainRules(chain, listed)
+	if len(got) != len(want) {
+		return fmt.Errorf("chain %s has %d rules, want %d", chain, len(got), len(want))
+	}
+	for i := range want {
+		if normaliseRule(f, got[i]) != normaliseRule(f, want[i]) {
+			return fmt.Errorf("rule %d of chain %s is %q, want %q", i+1, chain, strings.Join(got[i], " "), strings.Join(want[i], " "))
+		}
+	}
+	return nil
+}
+
+// checkJump checks that hook jumps to chain exactly once, and that only
+// jumps to other sforge chains (containers sharing the namespace) come
+// before it: any other rule there could accept traffic the allowlist
+// forbids before our chain sees it.
+func checkJump(hook, chain string, listed []string) error {
+	jumps := 0
+	var before string
+	for _, spec := range chainRules(hook, listed) {
+		target := ""
+		if len(spec) == 2 && (spec[0] == "-j" || spec[0] == "--jump") {
+			target = spec[1]
+		}
+		switch {
+		case target == chain:
+			jumps++
+		case jumps == 0 && before == "" && !strings.HasPrefix(target, policy.ChainPrefix):
+			before = strings.Join(spec, " ")
+		}
+	}
+	switch {
+	case jumps == 0:
+		return fmt.Errorf("no jump from %s to %s", hook, chain)
+	case jumps > 1:
+		return fmt.Errorf("%d jumps from %s to %s, want 1", jumps, hook, chain)
+	case before != "":
+		return fmt.Errorf("rule %q in %s comes before the jump to %s", before, hook, chain)
+	}
+	return nil
+}
+
+// countJumps counts the rules of hook that only jump to chain.
+func countJumps(chain, hook string, listed []string) int {
+	n := 0
+	for _, spec := range chainRules(hook, listed) {
+		if len(spec) == 2 && (spec[0] == "-j" || spec[0] == "--jump") && spec[1] == chain {
+			n++
+		}
+	}
+	return n
+}

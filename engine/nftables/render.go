@@ -1,0 +1,449 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// The layout of our table, one per container in its network namespace:
+//
+//	table inet SFORGE_<id> {
+//	  set allow_ipv4 { type ipv4_addr . inet_proto . inet_service; flags interval; elements = { ... } }
+//	  chain output { type filter hook output priority filter; policy accept;
+//	    meta nfproto ipv4 jump ipv4
+//	    meta nfproto ipv6 jump ipv6 }
+//	  chain input { type filter hook input priority filter; policy accept;
+//	    meta nfproto ipv6 jump ipv6 }
+//	  chain ipv4 { the IPv4 rules of policy.Rules, allowlist runs as one set lookup }
+//	  chain ipv6 { the IPv6 rules of policy.Rules }
+//	}
+//
+// The hooks mirror policy.Hooks: IPv4 is filtered on output, IPv6 in both
+// directions. Priority filter (0) runs after Docker's nat OUTPUT DNAT
+// (-100), exactly where the iptables filter table sees the packet, so the
+// same abstract rules mean the same thing here. Base chains accept by
+// default: a packet also traverses other tables' chains (iptables-nft's ip
+// filter, the legacy xtables), and in netfilter an accept in one base
+// chain does not override a drop in another, while our drop or reject is
+// final. So our table only ever narrows what the namespace allows.
+
+const (
+	chainOutput = "output"
+	chainInput  = "input"
+	// setPrefix names the sets holding the allowlist; see plan.sets.
+	setPrefix = "allow_"
+)
+
+// Registers: NFT_REG_1 for single matches. A concatenated set key fills
+// consecutive 32-bit registers, one per field padded to 4 bytes, starting
+// at NFT_REG32_00, which is the first word of NFT_REG_1: the kernel
+// reports it back as NFT_REG_1, so that is what we write (as nft does).
+const (
+	reg1     = unix.NFT_REG_1
+	reg32_01 = 9 // NFT_REG32_01, the word after NFT_REG32_00
+)
+
+// ifnameLen is IFNAMSIZ: meta iifname/oifname load the full, NUL-padded name.
+const ifnameLen = 16
+
+// allowKeyType is the key of an allowlist set: destination address,
+// transport protocol and destination port. With the interval flag the
+// kernel picks the pipapo backend, which matches CIDR ranges in the
+// address field in time independent of the number of elements.
+var allowKeyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+
+// plan is everything Install creates, computed before touching the kernel
+// and used again by Check to compare what the kernel holds.
+type plan struct {
+	table  *nftables.Table
+	chains []*nftables.Chain // base chains first, then one per family
+	sets   []setPlan
+	rules  []rulePlan // in chain order, then rule order
+	// abstract is the number of rules policy.Rules produced; rules may be
+	// fewer because allowlist runs collapse into one set lookup.
+	abstract int
+}
+
+type setPlan struct {
+	set   *nftables.Set
+	elems []nftables.SetElement
+}
+
+type rulePlan struct {
+	chain   *nftables.Chain
+	exprs   []expr.Any
+	comment string
+}
+
+// TableName derives our table's name from a container id. It is the
+// iptables engine's chain name, so one `SFORGE_` search finds either.
+func TableName(id string) (string, error) {
+	return policy.ChainName(id)
+}
+
+// render translates the abstract rules of policy.Rules into our table. It
+// is a pure function: no kernel access.
+func render(id string, a policy.Allowlist) (*plan, error) {
+	name, err := TableName(id)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := policy.Rules(a)
+	if err != nil {
+		return nil, err
+	}
+	p := &plan{
+		table:    &nftables.Table{Name: name, Family: nftables.TableFamilyINet},
+		abstract: rs.Len(),
+	}
+	accept := nftables.ChainPolicyAccept
+	output := &nftables.Chain{Name: chainOutput, Table: p.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	input := &nftables.Chain{Name: chainInput, Table: p.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	p.chains = append(p.chains, output, input)
+
+	families := []struct {
+		family policy.Family
+		rules  []policy.Rule
+	}{
+		{policy.IPv4, rs.IPv4},
+		{policy.IPv6, rs.IPv6},
+	}
+	// Jumps first, in the order of policy.Hooks, so the base chains are
+	// complete before the family chains' rules.
+	for _, f := range families {
+		fc := &nftables.Chain{Name: string(f.family), Table: p.table}
+		p.chains = append(p.chains, fc)
+		for _, h := range policy.Hooks(f.family) {
+			base := output
+			if h == "INPUT" {
+				base = input
+			}
+			p.rules = append(p.rules, rulePlan{
+				chain:   base,
+				exprs:   append(nfprotoIs(f.family), &expr.Verdict{Kind: expr.VerdictJump, Chain: fc.Name}),
+				comment: "sforge " + string(f.family),
+			})
+		}
+	}
+	// Keep base chain rules grouped by chain, output before input.
+	slices.SortStableFunc(p.rules, func(x, y rulePlan) int {
+		return chainIndex(p.chains, x.chain) - chainIndex(p.chains, y.chain)
+	})
+
+	for _, f := range families {
+		fc := p.chains[slices.IndexFunc(p.chains, func(c *nftables.Chain) bool { return c.Name == string(f.family) })]
+		rules := f.rules
+		for i := 0; i < len(rules); {
+			// A run of consecutive "accept this address, protocol and
+			// port" rules can be reordered freely (all accept), so it
+			// becomes one lookup in a set: the rule count and the
+			// per-packet cost stop growing with the allowlist.
+			j := i
+			for j < len(rules) && setable(rules[j]) {
+				j++
+			}
+			if j > i {
+				sp, rp, err := setRun(p.table, fc, len(p.sets), rules[i:j])
+				if err != nil {
+					return nil, err
+				}
+				p.sets = append(p.sets, sp)
+				p.rules = append(p.rules, rp)
+				i = j
+				continue
+			}
+			exprs, err := ruleExprs(rules[i])
+			if err != nil {
+				return nil, err
+			}
+			p.rules = append(p.rules, rulePlan{chain: fc, exprs: exprs, comment: rules[i].Comment})
+			i++
+		}
+	}
+	return p, nil
+}
+
+func chainIndex(chains []*nftables.Chain, c *nftables.Chain) int {
+	return slices.Index(chains, c)
+}
+
+// setable reports whether a rule only accepts a destination address (or
+// network), protocol and port: what an allowlist set holds.
+func setable(r policy.Rule) bool {
+	return r.Family == policy.IPv4 && r.Verdict == policy.VerdictAccept &&
+		r.Dst.IsValid() && r.Proto != "" && r.DstPort != 0 &&
+		!r.Established && !r.InLoopback && !r.OutLoopback
+}
+
+// setRun builds the set for a run of setable rules and the one rule that
+// looks packets up in it.
+func setRun(t *nftables.Table, c *nftables.Chain, n int, run []policy.Rule) (setPlan, rulePlan, error) {
+	name := setPrefix + c.Name
+	if n > 0 {
+		name = fmt.Sprintf("%s%s_%d", setPrefix, c.Name, n)
+	}
+	set := &nftables.Set{
+		Table:         t,
+		Name:          name,
+		ID:            uint32(n + 1), // unique within the batch; see Install
+		KeyType:       allowKeyType,
+		Interval:      true,
+		Concatenation: true,
+	}
+	elems, err := setElements(run)
+	if err != nil {
+		return setPlan{}, rulePlan{}, err
+	}
+	var comments []string
+	for _, r := range run {
+		if !slices.Contains(comments, r.Comment) {
+			comments = append(comments, r.Comment)
+		}
+	}
+	rule := rulePlan{
+		chain: c,
+		exprs: append(nfprotoIs(policy.IPv4),
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg32_01},
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg32_01 + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: reg1, SetName: set.Name, SetID: set.ID},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		),
+		comment: strings.Join(comments, ", "),
+	}
+	return setPlan{set: set, elems: elems}, rule, nil
+}
+
+type allowEntry struct {
+	prefix netip.Prefix
+	proto  policy.Protocol
+	port   uint16
+}
+
+// setElements turns a run of setable rules into set elements. The pipapo
+// backend refuses overlapping elements, so an entry whose network lies
+// inside another entry's network with the same protocol and port is
+// dropped: it allows nothing the wider one does not (every rule in the run
+// accepts). IPv4 prefixes either nest or are disjoint, so what remains
+// does not overlap.
+func setElements(run []policy.Rule) ([]nftables.SetElement, error) {
+	var entries []allowEntry
+	for _, r := range run {
+		if !r.Dst.Addr().Is4() {
+			return nil, fmt.Errorf("rule %q: destination is not IPv4", r)
+		}
+		entries = append(entries, allowEntry{prefix: r.Dst.Masked(), proto: r.Proto, port: r.DstPort})
+	}
+	// Widest networks first, so containment only needs earlier entries.
+	slices.SortFunc(entries, func(x, y allowEntry) int {
+		if x.prefix.Bits() != y.prefix.Bits() {
+			return x.prefix.Bits() - y.prefix.Bits()
+		}
+		if c := x.prefix.Addr().Compare(y.prefix.Addr()); c != 0 {
+			return c
+		}
+		if x.proto != y.proto {
+			return strings.Compare(string(x.proto), string(y.proto))
+		}
+		return int(x.port) - int(y.port)
+	})
+	type service struct {
+		proto policy.Protocol
+		port  uint16
+	}
+	wider := map[service][]netip.Prefix{}
+	var kept []allowEntry
+	for _, e := range entries {
+		svc := service{e.proto, e.port}
+		covered := slices.ContainsFunc(wider[svc], func(w netip.Prefix) bool { return w.Contains(e.prefix.Addr()) })
+		if !covered {
+			kept = append(kept, e)
+			wider[svc] = append(wider[svc], e.prefix)
+		}
+	}
+	elems := make([]nftables.SetElement, 0, len(kept))
+	for _, e := range kept {
+		proto, err := protoNumber(e.proto)
+		if err != nil {
+			return nil, err
+		}
+		first, last := prefixRange(e.prefix)
+		elems = append(elems, nftables.SetElement{
+			Key:    allowKey(first, proto, e.port),
+			KeyEnd: allowKey(last, proto, e.port),
+		})
+	}
+	return elems, nil
+}
+
+// allowKey lays out one concatenated key as the registers hold it: each
+// field in network byte order, padded with zeros to 4 bytes.
+func allowKey(addr netip.Addr, proto byte, port uint16) []byte {
+	k := make([]byte, 12)
+	a := addr.As4()
+	copy(k[0:4], a[:])
+	k[4] = proto
+	binary.BigEndian.PutUint16(k[8:10], port)
+	return k
+}
+
+func prefixRange(p netip.Prefix) (first, last netip.Addr) {
+	first = p.Masked().Addr()
+	a := first.As4()
+	v := binary.BigEndian.Uint32(a[:])
+	if p.Bits() < 32 {
+		v |= 1<<(32-p.Bits()) - 1
+	}
+	binary.BigEndian.PutUint32(a[:], v)
+	return first, netip.AddrFrom4(a)
+}
+
+func protoNumber(p policy.Protocol) (byte, error) {
+	switch p {
+	case policy.TCP:
+		return unix.IPPROTO_TCP, nil
+	case policy.UDP:
+		return unix.IPPROTO_UDP, nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q", p)
+}
+
+// ruleExprs translates one abstract rule. Its family is implied by the
+// chain it lands in (reached only through a meta nfproto jump).
+func ruleExprs(r policy.Rule) ([]expr.Any, error) {
+	var e []expr.Any
+	if r.Established {
+		e = append(e,
+			&expr.Ct{Key: expr.CtKeySTATE, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED),
+				Xor:  make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: make([]byte, 4)},
+		)
+	}
+	if r.InLoopback {
+		e = append(e, ifname(expr.MetaKeyIIFNAME, "lo")...)
+	}
+	if r.OutLoopback {
+		e = append(e, ifname(expr.MetaKeyOIFNAME, "lo")...)
+	}
+	if r.Dst.IsValid() {
+		d, err := dstExprs(r.Family, r.Dst)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r, err)
+		}
+		e = append(e, d...)
+	}
+	if r.Proto != "" {
+		proto, err := protoNumber(r.Proto)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r, err)
+		}
+		e = append(e,
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
+		)
+		if r.DstPort != 0 {
+			e = append(e,
+				&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.BigEndian.AppendUint16(nil, r.DstPort)},
+			)
+		}
+	} else if r.DstPort != 0 {
+		return nil, fmt.Errorf("rule %q: a port needs a protocol", r)
+	}
+	v, err := verdictExprs(r)
+	if err != nil {
+		return nil, err
+	}
+	return append(e, v...), nil
+}
+
+func nfprotoIs(f policy.Family) []expr.Any {
+	proto := byte(unix.NFPROTO_IPV4)
+	if f == policy.IPv6 {
+		proto = unix.NFPROTO_IPV6
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
+	}
+}
+
+func ifname(key expr.MetaKey, name string) []expr.Any {
+	data := make([]byte, ifnameLen)
+	copy(data, name)
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: data},
+	}
+}
+
+func dstExprs(f policy.Family, dst netip.Prefix) ([]expr.Any, error) {
+	var offset, size uint32
+	switch {
+	case f == policy.IPv4 && dst.Addr().Is4():
+		offset, size = 16, 4 // struct iphdr daddr
+	case f == policy.IPv6 && dst.Addr().Is6() && !dst.Addr().Is4In6():
+		offset, size = 24, 16 // struct ipv6hdr daddr
+	default:
+		return nil, fmt.Errorf("destination %s does not belong to family %s", dst, f)
+	}
+	dst = dst.Masked()
+	// The chain is reached only by packets of its family; the nfproto
+	// match restates that so the rule stands on its own and `nft list`
+	// shows "ip daddr" rather than a raw header offset.
+	e := append(nfprotoIs(f),
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size})
+	if dst.Bits() < dst.Addr().BitLen() {
+		mask := make([]byte, size)
+		for i := 0; i < dst.Bits(); i++ {
+			mask[i/8] |= 0x80 >> (i % 8)
+		}
+		e = append(e, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: size, Mask: mask, Xor: make([]byte, size)})
+	}
+	return append(e, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: dst.Addr().AsSlice()}), nil
+}
+
+func verdictExprs(r policy.Rule) ([]expr.Any, error) {
+	switch r.Verdict {
+	case policy.VerdictAccept:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}, nil
+	case policy.VerdictDrop:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}, nil
+	case policy.VerdictRejectReset:
+		if r.Proto != policy.TCP {
+			return nil, fmt.Errorf("rule %q: a TCP reset needs proto tcp", r)
+		}
+		return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}, nil
+	case policy.VerdictReject:
+		// icmpx admin-prohibited is ICMP code 13 for IPv4 and ICMPv6 code
+		// 1 for IPv6: what iptables' icmp-admin-prohibited and
+		// icmp6-adm-prohibited send, without depending on the chain.
+		return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}, nil
+	}
+	return nil, fmt.Errorf("rule %q: unknown verdict %q", r, r.Verdict)
+}
+
+// ruleUserData carries the rule's comment, shown by `nft list ruleset`.
+func ruleUserData(comment string) []byte {
+	if comment == "" {
+		return nil
+	}
+	return userdata.AppendString(nil, userdata.TypeComment, comment)
+}
+
+// Rules is the number of nftables rules a plan installs.
+func (p *plan) Rules() int { return len(p.rules) }

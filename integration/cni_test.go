@@ -1,0 +1,361 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/internal/testbin"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testnet"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// cniNode is a Kubernetes-like node in a namespace of its own: libcni runs
+// the real bridge + host-local + sforge-cni chain there, so the bridge the
+// bridge plugin creates never appears on the host. The node's bridge
+// address plays the Judge (AllowedPort allowed, OtherPort not) and an
+// address on its loopback plays the internet.
+type cniNode struct {
+	node    ns.NetNS
+	cni     *libcni.CNIConfig
+	list    *libcni.NetworkConfigList
+	logFile string
+}
+
+const (
+	cniGateway  = "10.88.7.1"
+	cniGateway6 = "2001:db8:88::1"
+	cniPodAddr6 = "2001:db8:88::2"
+)
+
+func newCNINode(t *testing.T, engineName string) *cniNode {
+	t.Helper()
+	testenv.RequireRoot(t)
+	for _, p := range []string{"bridge", "host-local"} {
+		_, err := os.Stat(filepath.Join("/usr/lib/cni", p))
+		testenv.Require(t, err == nil, "/usr/lib/cni/"+p+" missing (Debian package containernetworking-plugins)")
+	}
+	binDir := t.TempDir()
+	for _, p := range []string{"bridge", "host-local"} {
+		if err := os.Symlink(filepath.Join("/usr/lib/cni", p), filepath.Join(binDir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(testbin.Build(t, "./cmd/sforge-cni"), filepath.Join(binDir, "sforge-cni")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "sforge-cni.log")
+	conflist := map[string]any{
+		// Debian's bridge plugin (1.1.1) speaks CNI up to 1.0.0; GC (1.1.0)
+		// is exercised on sforge-cni alone below.
+		"cniVersion": "1.0.0",
+		"name":       "sforge-test",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": "sfcni0", "isGateway": true, "ipMasq": false,
+				"ipam": map[string]any{
+					"type": "host-local", "dataDir": filepath.Join(dir, "ipam"),
+					"ranges": []any{[]any{map[string]any{"subnet": "10.88.7.0/24", "gateway": cniGateway}}},
+					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
+				},
+			},
+			map[string]any{
+				"type": "sforge-cni", "engine": engineName, "logFile": logFile,
+				"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true, "dns": true},
+			},
+		},
+	}
+	b, err := json.Marshal(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatalf("conflist: %v", err)
+	}
+	n := &cniNode{
+		node:    testenv.NewNetNS(t),
+		cni:     libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
+		list:    list,
+		logFile: logFile,
+	}
+	// The judge and the internet live on the node.
+	if err := n.node.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(lo, mustIPNet(testnet.InternetAddr.String()+"/32"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testnet.ServeTCP(t, n.node, fmt.Sprintf(":%d", testnet.AllowedPort))
+	testnet.ServeTCP(t, n.node, fmt.Sprintf(":%d", testnet.OtherPort))
+	return n
+}
+
+func mustIPNet(s string) *netlink.Addr {
+	a, err := netlink.ParseAddr(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// pod is one sandbox attached through the chain.
+type pod struct {
+	netns  ns.NetNS
+	rt     *libcni.RuntimeConf
+	result cnitypes.Result
+}
+
+func (n *cniNode) rtConf(id string, podNS ns.NetNS, annotations map[string]string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: id,
+		NetNS:       podNS.Path(),
+		IfName:      "eth0",
+		Args:        [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", id}},
+		CapabilityArgs: map[string]any{
+			"io.kubernetes.cri.pod-annotations": annotations,
+			"dns":                               map[string]any{"servers": []string{cniGateway}},
+		},
+	}
+}
+
+// inNode runs a libcni call from the node's namespace: the plugins it
+// execs inherit it, so the bridge is made there.
+func (n *cniNode) inNode(t *testing.T, f func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ferr error
+	if err := n.node.Do(func(ns.NetNS) error { ferr = f(ctx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ferr
+}
+
+func (n *cniNode) add(t *testing.T, id string, annotations map[string]string) (*pod, error) {
+	t.Helper()
+	p := &pod{netns: testenv.NewNetNS(t)}
+	p.rt = n.rtConf(id, p.netns, annotations)
+	err := n.inNode(t, func(ctx context.Context) error {
+		var err error
+		p.result, err = n.cni.AddNetworkList(ctx, n.list, p.rt)
+		return err
+	})
+	if err == nil {
+		// IPv6 on the same link, added after ADD like a dual-stack IPAM would.
+		n.addIPv6(t, p)
+	}
+	return p, err
+}
+
+func (n *cniNode) addIPv6(t *testing.T, p *pod) {
+	t.Helper()
+	if err := n.node.Do(func(ns.NetNS) error {
+		br, err := netlink.LinkByName("sfcni0")
+		if err != nil {
+			return err
+		}
+		if addrs, _ := netlink.AddrList(br, netlink.FAMILY_V6); len(addrs) > 0 {
+			for _, a := range addrs {
+				if a.IP.String() == cniGateway6 {
+					return nil
+				}
+			}
+		}
+		a := mustIPNet(cniGateway6 + "/64")
+		a.Flags = 0x02 // IFA_F_NODAD
+		return netlink.AddrAdd(br, a)
+	}); err != nil {
+		t.Fatalf("node IPv6: %v", err)
+	}
+	if err := p.netns.Do(func(ns.NetNS) error {
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		a := mustIPNet(cniPodAddr6 + "/64")
+		a.Flags = 0x02
+		return netlink.AddrAdd(eth, a)
+	}); err != nil {
+		t.Fatalf("pod IPv6: %v", err)
+	}
+}
+
+func (n *cniNode) del(t *testing.T, p *pod) error {
+	return n.inNode(t, func(ctx context.Context) error { return n.cni.DelNetworkList(ctx, n.list, p.rt) })
+}
+
+func (n *cniNode) check(t *testing.T, p *pod) error {
+	return n.inNode(t, func(ctx context.Context) error { return n.cni.CheckNetworkList(ctx, n.list, p.rt) })
+}
+
+// gcAndStatus runs GC and STATUS (CNI 1.1.0) on sforge-cni itself, since
+// the chain's bridge plugin predates them.
+func (n *cniNode) gcAndStatus(t *testing.T) {
+	t.Helper()
+	conf := map[string]any{
+		"cniVersion": "1.1.0", "name": "sforge-test", "type": "sforge-cni", "logFile": n.logFile,
+		"cni.dev/valid-attachments": []cnitypes.GCAttachment{{ContainerID: "open-pod", IfName: "eth0"}},
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := libcni.NetworkPluginConfFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromConf(single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.inNode(t, func(ctx context.Context) error {
+		return n.cni.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: []cnitypes.GCAttachment{{ContainerID: "open-pod", IfName: "eth0"}}})
+	}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if err := n.inNode(t, func(ctx context.Context) error { return n.cni.GetStatusNetworkList(ctx, list) }); err != nil {
+		t.Fatalf("STATUS: %v", err)
+	}
+}
+
+// addSforgeOnly runs ADD on sforge-cni alone with the pod's earlier result
+// as prevResult, as a runtime re-running the chain's last plugin would.
+func (n *cniNode) addSforgeOnly(t *testing.T, p *pod, allow string) {
+	t.Helper()
+	prev, err := json.Marshal(p.result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0", "name": "sforge-test", "type": "sforge-cni", "logFile": n.logFile,
+		"prevResult":    json.RawMessage(prev),
+		"runtimeConfig": map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{policy.AnnotationKey: allow}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(n.cni.Path[0], "sforge-cni")
+	if err := n.inNode(t, func(ctx context.Context) error {
+		_, err := invoke.ExecPluginWithResult(ctx, bin, conf, &invoke.Args{
+			Command: "ADD", ContainerID: p.rt.ContainerID, NetNS: p.rt.NetNS, IfName: "eth0", Path: n.cni.Path[0],
+		}, nil)
+		return err
+	}); err != nil {
+		t.Fatalf("second ADD: %v", err)
+	}
+}
+
+func reach(t *testing.T, p *pod, dst string, port uint16) testnet.Outcome {
+	t.Helper()
+	o, _ := testnet.DialTCP(p.netns, netip.AddrPortFrom(netip.MustParseAddr(dst), port), 2*time.Second)
+	return o
+}
+
+// TestCNIChain runs the real chain through libcni, for each engine: an
+// annotated Pod reaches only the allowed endpoint; one without the
+// annotation reaches everything; CHECK passes, then fails once our rules
+// are removed behind the plugin's back; DEL cleans up; GC is accepted.
+func TestCNIChain(t *testing.T) {
+	for _, eng := range []string{engines.NFTables, engines.IPTables} {
+		t.Run(eng, func(t *testing.T) { testCNIChain(t, eng) })
+	}
+}
+
+func testCNIChain(t *testing.T, engineName string) {
+	n := newCNINode(t, engineName)
+	allow := fmt.Sprintf("v1;tcp:%s:%d", cniGateway, testnet.AllowedPort)
+
+	isolated, err := n.add(t, "isolated-pod", map[string]string{policy.AnnotationKey: allow, "unrelated": "x"})
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	open, err := n.add(t, "open-pod", map[string]string{"unrelated": "x"})
+	if err != nil {
+		t.Fatalf("ADD without annotation: %v", err)
+	}
+
+	if o := reach(t, isolated, cniGateway, testnet.AllowedPort); o != testnet.OK {
+		t.Fatalf("isolated pod to the allowed endpoint: %s", o)
+	}
+	for _, dst := range []struct {
+		addr string
+		port uint16
+	}{{cniGateway, testnet.OtherPort}, {testnet.InternetAddr.String(), testnet.AllowedPort}, {cniGateway6, testnet.AllowedPort}} {
+		if o := reach(t, isolated, dst.addr, dst.port); !o.Blocked() {
+			t.Errorf("isolated pod reached %s:%d", dst.addr, dst.port)
+		}
+		if o := reach(t, open, dst.addr, dst.port); o != testnet.OK {
+			t.Errorf("pod without the annotation could not reach %s:%d: %s", dst.addr, dst.port, o)
+		}
+	}
+
+	log, _ := os.ReadFile(n.logFile)
+	if !strings.Contains(string(log), "ADD container=isolated-pod pod=default/isolated-pod") || strings.Contains(string(log), "open-pod") {
+		t.Fatalf("plugin log should show one ADD, for the annotated pod only:\n%s", log)
+	}
+
+	if err := n.check(t, isolated); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	eng, err := engines.New(engineName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := engine.Target{NetNS: isolated.netns.Path(), ID: "isolated-pod"}
+	if err := eng.Remove(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(t, isolated); err == nil || !strings.Contains(err.Error(), "egress rules are not as installed") {
+		t.Fatalf("CHECK after our rules were deleted behind its back = %v, want a failure", err)
+	}
+	// ADD again on sforge-cni alone (the bridge plugin's ADD is not
+	// repeatable) restores enforcement: ADD is idempotent.
+	n.addSforgeOnly(t, isolated, allow)
+	if o := reach(t, isolated, cniGateway, testnet.OtherPort); !o.Blocked() {
+		t.Fatal("second ADD did not restore enforcement")
+	}
+
+	if err := n.del(t, isolated); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if err := eng.Check(target, mustDecode(t, allow)); err == nil {
+		t.Fatal("rules still installed after DEL")
+	}
+	if err := n.del(t, isolated); err != nil {
+		t.Fatalf("second DEL: %v", err)
+	}
+	n.gcAndStatus(t)
+	if err := n.del(t, open); err != nil {
+		t.Fatalf("DEL of the open pod: %v", err)
+	}
+}
+
+// TestCNIFailClosed: a malformed annotation fails ADD, so the Pod never
+// gets a network at all.
+func TestCNIFailClosed(t *testing.T) {
+	n := newCNINode(t, engines.Auto)
+	_, err := n.add(t, "bad-pod", map[string]string{policy.AnnotationKey: "v1;tcp:not-an-ip:80"})
+	if err == nil || !strings.Contains(err.Error(), "invalid sforge.io/egress value") {
+		t.Fatalf("ADD with a malformed annotation = %v, want our error", err)
+	}
+}

@@ -1,0 +1,396 @@
+// Package testnet builds the network the engine tests run in: a
+// "container" namespace wired by a veth pair to a "judge" namespace that
+// plays both the judge server and "the internet", with servers started by
+// the test itself. All traffic stays inside these two namespaces (TEST-NET
+// addresses and 2001:db8::/32, see the safety rules).
+//
+//	container 198.51.100.2/24, 2001:db8::2/64, default via the judge
+//	judge     198.51.100.10/24 (the judge), 203.0.113.10/24 (the internet),
+//	          2001:db8::1/64; TCP on AllowedPort, OtherPort and 53, UDP
+//	          echo on 53, all on every address
+package testnet
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+)
+
+// Addresses and ports of the topology.
+var (
+	ContainerAddr  = netip.MustParseAddr("198.51.100.2")
+	JudgeAddr      = netip.MustParseAddr("198.51.100.10")
+	InternetAddr   = netip.MustParseAddr("203.0.113.10")
+	ContainerAddr6 = netip.MustParseAddr("2001:db8::2")
+	JudgeAddr6     = netip.MustParseAddr("2001:db8::1")
+)
+
+const (
+	AllowedPort = 8080
+	OtherPort   = 9090
+	DNSPort     = 53
+	// Banner is what every TCP server sends on accept, so a test knows it
+	// reached our server and not something else.
+	Banner = "sforge-testnet"
+)
+
+// Topology is a container namespace and a judge namespace joined by a veth
+// pair.
+type Topology struct {
+	Container ns.NetNS
+	Judge     ns.NetNS
+}
+
+// New builds the topology and starts the judge's servers; everything is
+// torn down when the test ends.
+func New(t testing.TB) *Topology {
+	t.Helper()
+	tp := NewBare(t)
+	// Prove the wiring before any rule exists: a broken harness must not
+	// pass as "blocked".
+	for _, addr := range []netip.Addr{JudgeAddr, InternetAddr, JudgeAddr6} {
+		ap := netip.AddrPortFrom(addr, AllowedPort)
+		if o, err := DialTCP(tp.Container, ap, 2*time.Second); o != OK {
+			t.Fatalf("harness: container cannot reach %s before any rule: %s %v", ap, o, err)
+		}
+	}
+	return tp
+}
+
+// NewBare is New without the reachability proof.
+func NewBare(t testing.TB) *Topology {
+	t.Helper()
+	testenv.RequireRoot(t)
+	tp := &Topology{Container: testenv.NewNetNS(t), Judge: testenv.NewNetNS(t)}
+	suffix := randSuffix(t)
+	cName, jName := "sfc"+suffix, "sfj"+suffix
+	// The pair is created inside the container namespace with its peer
+	// sent straight to the judge's: it never exists in the host's.
+	err := tp.Container.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: cName},
+			PeerName:      jName,
+			PeerNamespace: netlink.NsFd(int(tp.Judge.Fd())),
+		}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("failed to add veth: %w", err)
+		}
+		return setup(cName, []string{ContainerAddr.String() + "/24", ContainerAddr6.String() + "/64"}, JudgeAddr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tp.Judge.Do(func(ns.NetNS) error {
+		return setup(jName, []string{JudgeAddr.String() + "/24", InternetAddr.String() + "/24", JudgeAddr6.String() + "/64"}, netip.Addr{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel attaches the veth's queue only when its link watcher
+	// sees the carrier, up to a second later; packets sent before are
+	// dropped. IPv6 addresses, even without DAD, stay tentative (and
+	// unanswered in neighbour discovery) until a work item runs after
+	// that, late when other tests' namespaces are being torn down. Wait
+	// for both on both ends, or the first packets cost a 1 s retransmit.
+	for _, end := range []struct {
+		n    ns.NetNS
+		link string
+	}{{tp.Container, cName}, {tp.Judge, jName}} {
+		if err := end.n.Do(func(ns.NetNS) error { return waitOperUp(end.link, 5*time.Second) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", AllowedPort))
+	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", OtherPort))
+	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
+	ServeUDPEcho(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
+	return tp
+}
+
+func setup(link string, addrs []string, gateway netip.Addr) error {
+	l, err := netlink.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		addr, err := netlink.ParseAddr(a)
+		if err != nil {
+			return err
+		}
+		// No duplicate address detection: IPv6 addresses work at once.
+		addr.Flags = syscall.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return fmt.Errorf("failed to add %s to %s: %w", a, link, err)
+		}
+	}
+	// No DAD on the link-local address either: until it is usable,
+	// neighbour discovery stalls and the first IPv6 packets wait.
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+link+"/accept_dad", []byte("0"), 0o644); err != nil {
+		return fmt.Errorf("failed to disable DAD on %s: %w", link, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return err
+	}
+	if gateway.IsValid() {
+		gw := net.IP(gateway.AsSlice())
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
+			return fmt.Errorf("failed to add default route via %s: %w", gateway, err)
+		}
+	}
+	return nil
+}
+
+func waitOperUp(link string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		l, err := netlink.LinkByName(link)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+			if err != nil {
+				return err
+			}
+			ready := true
+			for _, a := range addrs {
+				if a.Flags&syscall.IFA_F_TENTATIVE != 0 {
+					ready = false
+				}
+			}
+			if ready {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("link %s is not ready (operstate %s, IPv6 addresses tentative?) after %v", link, l.Attrs().OperState, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func randSuffix(t testing.TB) string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// ServeTCP listens in namespace n on addr (e.g. ":8080", all addresses of
+// both families) and answers every connection with Banner.
+func ServeTCP(t testing.TB, n ns.NetNS, addr string) {
+	t.Helper()
+	var l net.Listener
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failed to listen on tcp %s: %v", addr, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_, _ = fmt.Fprintln(c, Banner)
+			c.Close()
+		}
+	}()
+}
+
+// ServeUDPEcho listens in namespace n on addr and echoes every datagram.
+func ServeUDPEcho(t testing.TB, n ns.NetNS, addr string) {
+	t.Helper()
+	var c net.PacketConn
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.ListenPacket("udp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failed to listen on udp %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			k, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo(buf[:k], from)
+		}
+	}()
+}
+
+// Outcome is how an attempt to reach a destination ended.
+type Outcome string
+
+const (
+	// OK: the server answered.
+	OK Outcome = "ok"
+	// Refused: a TCP reset came back (ECONNREFUSED), what a reject with
+	// tcp-reset gives a connecting program.
+	Refused Outcome = "refused"
+	// Unreachable: an ICMP error came back (EHOSTUNREACH, ENETUNREACH...).
+	Unreachable Outcome = "unreachable"
+	// Denied: the local stack refused to send (EPERM/EACCES): netfilter
+	// dropped or rejected the packet on output.
+	Denied Outcome = "denied"
+	// Timeout: nothing came back in time, what a drop gives.
+	Timeout Outcome = "timeout"
+	// Failed: any other error.
+	Failed Outcome = "failed"
+)
+
+// Blocked reports whether the attempt did not get through.
+func (o Outcome) Blocked() bool { return o != OK }
+
+func classify(err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Refused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return Unreachable
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return Denied
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return Timeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return Timeout
+	}
+	return Failed
+}
+
+// DialTCP connects from namespace n to ap and expects Banner.
+func DialTCP(n ns.NetNS, ap netip.AddrPort, timeout time.Duration) (Outcome, error) {
+	var err error
+	doErr := n.Do(func(ns.NetNS) error {
+		var c net.Conn
+		c, err = net.DialTimeout("tcp", ap.String(), timeout)
+		if err != nil {
+			return nil
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		var line string
+		line, err = bufio.NewReader(c).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) != Banner {
+			err = fmt.Errorf("unexpected answer %q", line)
+		}
+		return nil
+	})
+	if doErr != nil {
+		return Failed, doErr
+	}
+	return classify(err), err
+}
+
+// UDPExchange sends one datagram from namespace n to ap and waits for the
+// echo.
+func UDPExchange(n ns.NetNS, ap netip.AddrPort, timeout time.Duration) (Outcome, error) {
+	var err error
+	doErr := n.Do(func(ns.NetNS) error {
+		var c net.Conn
+		c, err = net.DialTimeout("udp", ap.String(), timeout)
+		if err != nil {
+			return nil
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(timeout))
+		msg := []byte("sforge-udp-probe")
+		if _, err = c.Write(msg); err != nil {
+			return nil
+		}
+		buf := make([]byte, 64)
+		var k int
+		k, err = c.Read(buf)
+		if err == nil && string(buf[:k]) != string(msg) {
+			err = fmt.Errorf("unexpected echo %q", buf[:k])
+		}
+		return nil
+	})
+	if doErr != nil {
+		return Failed, doErr
+	}
+	return classify(err), err
+}
+
+// Ping4 sends one ICMP echo request from namespace n to addr over a raw
+// socket and waits for the matching reply.
+func Ping4(n ns.NetNS, addr netip.Addr, timeout time.Duration) (Outcome, error) {
+	var err error
+	doErr := n.Do(func(ns.NetNS) error {
+		var c net.PacketConn
+		c, err = net.ListenPacket("ip4:icmp", "0.0.0.0")
+		if err != nil {
+			return fmt.Errorf("failed to open raw ICMP socket: %w", err)
+		}
+		defer c.Close()
+		deadline := time.Now().Add(timeout)
+		_ = c.SetDeadline(deadline)
+		id := uint16(os.Getpid())
+		req := echoRequest(id, 1)
+		if _, err = c.WriteTo(req, &net.IPAddr{IP: addr.AsSlice()}); err != nil {
+			return nil
+		}
+		buf := make([]byte, 1500)
+		for time.Now().Before(deadline) {
+			var k int
+			var from net.Addr
+			k, from, err = c.ReadFrom(buf)
+			if err != nil {
+				return nil
+			}
+			// An echo reply (type 0) from addr with our id.
+			if k >= 8 && buf[0] == 0 && from.String() == addr.String() && uint16(buf[4])<<8|uint16(buf[5]) == id {
+				err = nil
+				return nil
+			}
+		}
+		err = os.ErrDeadlineExceeded
+		return nil
+	})
+	if doErr != nil {
+		return Failed, doErr
+	}
+	return classify(err), err
+}
+
+func echoRequest(id, seq uint16) []byte {
+	b := []byte{8, 0, 0, 0, byte(id >> 8), byte(id), byte(seq >> 8), byte(seq), 's', 'f'}
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	cs := ^uint16(sum)
+	b[2], b[3] = byte(cs>>8), byte(cs)
+	return b
+}

@@ -1,0 +1,293 @@
+// Package proxy is `sforge proxy`: a host-side reverse proxy in front of the
+// AI API. An isolated container may reach only this proxy; the proxy reaches
+// the API, through a corporate forward proxy when HTTPS_PROXY says so, and
+// can add the real API key so that the container never holds it.
+//
+// It is a library so that `sforge run --api-proxy` can start it in-process:
+//
+//	p, err := proxy.New(proxy.Config{Target: target, APIKey: key, Logger: log})
+//	ln, err := net.Listen("tcp", "0.0.0.0:9090")
+//	err = p.Serve(ctx, ln) // returns after ctx is done and in-flight requests ended
+package proxy
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Defaults for the server side. There is deliberately no ReadTimeout or
+// WriteTimeout: a streamed completion can last many minutes.
+const (
+	DefaultShutdownTimeout = 30 * time.Second
+	readHeaderTimeout      = 30 * time.Second
+	idleTimeout            = 2 * time.Minute
+)
+
+// Config is what a Proxy needs. Only Target is required.
+type Config struct {
+	// Target is the upstream base URL, e.g. https://api.anthropic.com. Its
+	// path, if any, prefixes every request's path. Check user input with
+	// ParseTarget.
+	Target *url.URL
+
+	// APIKey, when set, is added to every upstream request in APIKeyHeader,
+	// replacing whatever credentials the client sent.
+	APIKey string
+	// APIKeyHeader is the header carrying APIKey; empty means
+	// DefaultAPIKeyHeader(Target). "Authorization" gets "Bearer KEY", any
+	// other header the bare key.
+	APIKeyHeader string
+
+	// AllowFrom lists the client networks that may use the proxy; others
+	// get 403. Nil means DefaultAllowFrom(); to admit everyone, say so with
+	// 0.0.0.0/0 and ::/0.
+	AllowFrom []netip.Prefix
+
+	// Logger receives one line per request and the proxy's own events.
+	// Nil discards them.
+	Logger *slog.Logger
+
+	// Proxy chooses the forward proxy for upstream requests; nil means
+	// http.ProxyFromEnvironment (HTTPS_PROXY, HTTP_PROXY, NO_PROXY, read once
+	// per process; loopback targets never use a proxy).
+	Proxy func(*http.Request) (*url.URL, error)
+	// RootCAs verifies the upstream's certificate; nil means the system roots
+	// (which honour SSL_CERT_FILE and SSL_CERT_DIR).
+	RootCAs *x509.CertPool
+	// DialContext replaces the upstream dialer (tests map names with it);
+	// nil means a net.Dialer with a connect timeout and keep-alives.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests
+	// after its context is done; zero means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+}
+
+// Proxy is a reverse proxy to one upstream. It is an http.Handler; Serve runs
+// it on a listener with the server-side timeouts and graceful shutdown.
+type Proxy struct {
+	target    *url.URL
+	keyHeader string // canonical; empty when no key is injected
+	keyValue  string
+	allow     []netip.Prefix
+	log       *slog.Logger
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+	grace     time.Duration
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+// New validates c and builds a Proxy.
+func New(c Config) (*Proxy, error) {
+	if c.Target == nil {
+		return nil, errors.New("proxy target is not set")
+	}
+	target, err := ParseTarget("target", c.Target.String())
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{target: target, log: c.Logger, grace: c.ShutdownTimeout}
+	if p.log == nil {
+		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if p.grace <= 0 {
+		p.grace = DefaultShutdownTimeout
+	}
+	if c.APIKey != "" {
+		if err := checkKey(c.APIKey); err != nil {
+			return nil, fmt.Errorf("API key %w", err)
+		}
+		header := c.APIKeyHeader
+		if header == "" {
+			header = DefaultAPIKeyHeader(target)
+		}
+		if p.keyHeader, err = ParseAPIKeyHeader("API key header", header); err != nil {
+			return nil, err
+		}
+		p.keyValue = keyHeaderValue(p.keyHeader, c.APIKey)
+	} else if c.APIKeyHeader != "" {
+		return nil, errors.New("API key header is set but there is no API key")
+	}
+	p.allow = c.AllowFrom
+	if p.allow == nil {
+		p.allow = DefaultAllowFrom()
+	}
+	p.transport = newTransport(c)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:   p.rewrite,
+		Transport: p.transport,
+		// Zero, not -1: ReverseProxy flushes every write of a streaming
+		// response (text/event-stream, or no Content-Length: chunked
+		// NDJSON, HTTP/2 streams) whatever FlushInterval says, so events
+		// leave as they arrive. For a response of known length, -1 would
+		// only add a write for the headers and one per chunk, which cost
+		// about a quarter of the small-request throughput in our
+		// measurements (BENCHMARKS.md).
+		FlushInterval: 0,
+		BufferPool:    bufferPool{},
+		ErrorHandler:  p.upstreamError,
+		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// bufferPool recycles ReverseProxy's copy buffers, which it would
+// otherwise allocate (32 KiB) for every response.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// Target is the upstream base URL.
+func (p *Proxy) Target() *url.URL { u := *p.target; return &u }
+
+// KeyHeader is the header that carries the injected key, or "" when the
+// proxy injects none.
+func (p *Proxy) KeyHeader() string { return p.keyHeader }
+
+// rewrite builds the upstream request. X-Forwarded-* headers are not added:
+// the API has no use for the container's private address. Host becomes the
+// target's because SetURL clears Out.Host.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.target)
+	if p.keyHeader != "" {
+		for _, h := range credentialHeaders {
+			pr.Out.Header.Del(h)
+		}
+		pr.Out.Header.Set(p.keyHeader, p.keyValue)
+	}
+}
+
+// ServeHTTP checks the client against AllowFrom, forwards the request and
+// logs one line for it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	defer func() {
+		// Also when ReverseProxy aborts a broken stream with
+		// http.ErrAbortHandler: log the line, then let the server see the panic.
+		v := recover()
+		rec.aborted = v != nil
+		p.logRequest(r, rec, time.Since(start))
+		if v != nil {
+			panic(v)
+		}
+	}()
+	switch {
+	case !p.allowed(r.RemoteAddr):
+		plainError(rec, http.StatusForbidden, "sforge proxy: client address is not in --allow-from")
+	case r.Method == http.MethodConnect:
+		// A reverse proxy, not a tunnel: nobody may use it to reach
+		// anything but the target.
+		plainError(rec, http.StatusMethodNotAllowed, "sforge proxy: CONNECT is not supported; this is a reverse proxy to one API")
+	default:
+		p.rp.ServeHTTP(rec, r)
+	}
+}
+
+func (p *Proxy) allowed(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	for _, n := range p.allow {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// upstreamError answers when the upstream cannot be reached or fails
+// mid-response, with one line that says which upstream.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client went away; there is nobody to answer.
+		p.log.Info("client closed the request", "client", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		w.WriteHeader(499)
+		return
+	}
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status = http.StatusGatewayTimeout
+	}
+	p.log.Warn("failed to reach upstream", "target", p.target.Redacted(), "method", r.Method, "path", r.URL.Path, "err", err)
+	plainError(w, status, fmt.Sprintf("sforge proxy: failed to reach upstream %s: %v", p.target.Redacted(), err))
+}
+
+func plainError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// Serve accepts connections on ln until ctx is done, then shuts down
+// gracefully: it stops accepting, lets in-flight requests (streams
+// included) finish for up to ShutdownTimeout, then closes what remains.
+// It closes ln. It returns nil after a clean shutdown.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	p.log.Info("listening", "addr", ln.Addr().String(), "target", p.target.Redacted(),
+		"upstream_proxy", p.upstreamProxy(), "key_header", p.keyHeader, "allow_from", p.allow)
+	if p.keyHeader != "" && admitsPublic(p.allow) {
+		p.log.Warn("--allow-from admits public addresses and the proxy adds your API key: anyone who reaches this port spends it")
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		p.transport.CloseIdleConnections()
+		return fmt.Errorf("failed to serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	p.log.Info("shutting down", "grace", p.grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), p.grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-errc // http.ErrServerClosed once Shutdown began
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		cerr := srv.Close()
+		return errors.Join(fmt.Errorf("failed to finish in-flight requests within %s: %w", p.grace, err), cerr)
+	}
+	p.log.Info("stopped")
+	return nil
+}
+
+// upstreamProxy says how the target is reached, for the start-up line:
+// "direct" or the forward proxy's URL without its password.
+func (p *Proxy) upstreamProxy() string {
+	if p.transport.Proxy == nil {
+		return "direct"
+	}
+	u, err := p.transport.Proxy(&http.Request{Method: http.MethodGet, URL: p.target, Header: http.Header{}})
+	switch {
+	case err != nil:
+		return "error: " + err.Error()
+	case u == nil:
+		return "direct"
+	}
+	return u.Redacted()
+}

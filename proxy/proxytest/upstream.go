@@ -1,0 +1,357 @@
+// Package proxytest provides a stand-in for an AI API for tests and
+// benchmarks of the proxy: a TLS server on loopback with a CA of its own,
+// answering under the name Host, that echoes requests, streams server-sent
+// events and accepts protocol upgrades.
+package proxytest
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Host is the name the upstream's certificate is issued for. It is not
+// loopback by name, so Go's http.ProxyFromEnvironment does send requests for
+// it through HTTPS_PROXY (it never proxies localhost or 127.0.0.1), and it
+// is under .test (RFC 2606) so it can never mean a real host. Whoever
+// connects to it must map it to 127.0.0.1: MapHost for Go clients, a hosts
+// file for squid, --resolve for curl.
+const Host = "api.sforge.test"
+
+// AckTimeout bounds how long a lockstep stream waits for the client to
+// acknowledge an event before it gives up.
+const AckTimeout = 10 * time.Second
+
+// Upstream is the test API server.
+type Upstream struct {
+	Server *httptest.Server
+	// Port is the loopback port the server listens on.
+	Port int
+	// CAPEM is the PEM of the CA that signed the server's certificate.
+	CAPEM []byte
+
+	pool *x509.CertPool
+	acks chan struct{}
+}
+
+// Options tune the upstream.
+type Options struct {
+	// HTTP2 offers h2 in ALPN, as real APIs do. Upgrades still work over
+	// HTTP/1.1, which Go clients pick for websocket upgrades.
+	HTTP2 bool
+}
+
+// NewUpstream starts an upstream on 127.0.0.1 and closes it when the test
+// ends.
+func NewUpstream(tb testing.TB, o Options) *Upstream {
+	tb.Helper()
+	caPEM, cert, err := newCertificates()
+	if err != nil {
+		tb.Fatalf("failed to create test certificates: %v", err)
+	}
+	u := &Upstream{CAPEM: caPEM, pool: x509.NewCertPool(), acks: make(chan struct{}, 1)}
+	u.pool.AppendCertsFromPEM(caPEM)
+	s := httptest.NewUnstartedServer(u.handler())
+	s.EnableHTTP2 = o.HTTP2
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	s.StartTLS()
+	u.Server = s
+	u.Port = s.Listener.Addr().(*net.TCPAddr).Port
+	tb.Cleanup(s.Close)
+	return u
+}
+
+// URL is the upstream's base URL under Host, e.g. https://api.sforge.test:41234.
+func (u *Upstream) URL() string { return fmt.Sprintf("https://%s:%d", Host, u.Port) }
+
+// LoopbackURL is the base URL by IP, https://127.0.0.1:PORT, which needs no
+// name mapping (and which Go never sends through a forward proxy).
+func (u *Upstream) LoopbackURL() string { return fmt.Sprintf("https://127.0.0.1:%d", u.Port) }
+
+// CertPool trusts the upstream's CA.
+func (u *Upstream) CertPool() *x509.CertPool { return u.pool }
+
+// WriteCA writes the CA's PEM into dir and returns its path, for
+// SSL_CERT_FILE or curl --cacert.
+func (u *Upstream) WriteCA(dir string) (string, error) {
+	p := filepath.Join(dir, "upstream-ca.pem")
+	return p, os.WriteFile(p, u.CAPEM, 0o644)
+}
+
+// Ack lets a lockstep stream send its next event. Lockstep streams share one
+// channel: run one at a time per Upstream.
+func (u *Upstream) Ack() {
+	select {
+	case u.acks <- struct{}{}:
+	default:
+	}
+}
+
+// MapHost returns a dialer that connects to 127.0.0.1 when asked for Host
+// (any port) and refuses every other name, so a test cannot reach beyond
+// this machine by mistake.
+func MapHost() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		switch h {
+		case Host, "127.0.0.1":
+			return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+		}
+		return nil, fmt.Errorf("proxytest: refusing to dial %s: only %s and 127.0.0.1 are allowed", addr, Host)
+	}
+}
+
+// Echo is what the upstream answers on any path but .../sse, .../upgrade
+// and .../bytes: the request as it arrived.
+type Echo struct {
+	Method   string      `json:"method"`
+	Path     string      `json:"path"`
+	RawQuery string      `json:"raw_query"`
+	Host     string      `json:"host"`
+	Proto    string      `json:"proto"`
+	Header   http.Header `json:"header"`
+	BodyLen  int64       `json:"body_len"`
+}
+
+// Event is the data of one server-sent event from /sse.
+type Event struct {
+	I    int   `json:"i"`
+	Sent int64 `json:"sent_unix_nano"`
+}
+
+// handler routes on the last element of the path, so that the endpoints
+// also answer under a proxy target's path prefix (/api/sse is /sse).
+func (u *Upstream) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Base(r.URL.Path) {
+		case "sse":
+			u.sse(w, r)
+		case "upgrade":
+			upgrade(w, r)
+		case "bytes":
+			bytesHandler(w, r)
+		default:
+			echo(w, r)
+		}
+	})
+}
+
+func echo(w http.ResponseWriter, r *http.Request) {
+	n, _ := io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(Echo{
+		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Host: r.Host,
+		Proto: r.Proto, Header: r.Header, BodyLen: n,
+	})
+}
+
+// bytesHandler answers /bytes?n=N with N bytes, for throughput.
+func bytesHandler(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+	if err != nil || n < 0 || n > 1<<30 {
+		http.Error(w, "want n in 0..1GiB", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	buf := make([]byte, 32<<10)
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := w.Write(buf[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+}
+
+// sse streams n events (?n=, default 5) as text/event-stream (or ?ctype=,
+// e.g. application/x-ndjson for a chunked stream of another kind), flushing
+// each.
+// With ?gap=DURATION it pauses between events; with ?lockstep=1 it sends the
+// next event only after Ack, so a proxy that holds events back makes the
+// stream stall instead of merely arriving late.
+func (u *Upstream) sse(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, err := strconv.Atoi(q.Get("n"))
+	if q.Get("n") == "" {
+		n, err = 5, nil
+	}
+	var gap time.Duration
+	if g := q.Get("gap"); g != "" && err == nil {
+		gap, err = time.ParseDuration(g)
+	}
+	if err != nil || n < 1 || n > 10000 || gap < 0 || gap > time.Minute {
+		http.Error(w, "want n in 1..10000, gap in 0..1m", http.StatusBadRequest)
+		return
+	}
+	lockstep := q.Get("lockstep") == "1"
+	if lockstep {
+		// Drop an ack left over from an earlier stream.
+		select {
+		case <-u.acks:
+		default:
+		}
+	}
+	rc := http.NewResponseController(w)
+	ctype := q.Get("ctype")
+	if ctype == "" {
+		ctype = "text/event-stream"
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	for i := range n {
+		if i > 0 {
+			switch {
+			case lockstep:
+				select {
+				case <-u.acks:
+				case <-r.Context().Done():
+					return
+				case <-time.After(AckTimeout):
+					fmt.Fprintf(w, "event: error\ndata: no ack for event %d within %s\n\n", i-1, AckTimeout)
+					_ = rc.Flush()
+					return
+				}
+			case gap > 0:
+				select {
+				case <-time.After(gap):
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		data, _ := json.Marshal(Event{I: i, Sent: time.Now().UnixNano()})
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: tick\ndata: %s\n\n", i, data); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// upgrade accepts "Upgrade: websocket" and then echoes raw bytes back until
+// the client closes: enough to prove the proxy splices an upgraded
+// connection both ways (no websocket framing is involved).
+func upgrade(w http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || !headerHasToken(r.Header, "Connection", "upgrade") {
+		http.Error(w, "want Connection: Upgrade and Upgrade: websocket", http.StatusBadRequest)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "cannot hijack: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
+	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	rd := bufio.NewReader(io.MultiReader(brw.Reader, conn))
+	for {
+		line, err := rd.ReadString('\n')
+		if line != "" {
+			if _, werr := io.WriteString(conn, "echo: "+line); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newCertificates makes a CA and a server certificate for Host, localhost,
+// 127.0.0.1 and ::1, valid for a day.
+func newCertificates() (caPEM []byte, cert tls.Certificate, err error) {
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, cert, err
+	}
+	ca := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "sforge proxytest CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, cert, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, cert, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, cert, err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: Host},
+		DNSNames:     []string{Host, "localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, cert, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, cert, err
+	}
+	cert, err = tls.X509KeyPair(
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), cert, err
+}

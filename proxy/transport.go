@@ -1,0 +1,44 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Upstream timeouts. None bounds the response itself: a model may think for
+// minutes before its first byte, and the client's cancellation ends the
+// upstream request anyway.
+const (
+	dialTimeout         = 30 * time.Second
+	tlsHandshakeTimeout = 15 * time.Second
+	upstreamIdleTimeout = 90 * time.Second
+)
+
+// newTransport is the upstream side: one host, kept-alive connections, a
+// forward proxy from the environment (CONNECT for https targets), HTTP/2 when
+// the API offers it, and no transparent gzip so that bodies and
+// Content-Encoding pass through unchanged.
+func newTransport(c Config) *http.Transport {
+	dial := c.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	proxy := c.Proxy
+	if proxy == nil {
+		proxy = http.ProxyFromEnvironment
+	}
+	return &http.Transport{
+		Proxy:                 proxy,
+		DialContext:           dial,
+		TLSClientConfig:       &tls.Config{RootCAs: c.RootCAs, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   tlsHandshakeTimeout,
+		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64, // every request goes to the same host
+		IdleConnTimeout:       upstreamIdleTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+}
