@@ -11,8 +11,8 @@
 # replaces each staging module by its published v0.<minor>.<patch> twin.
 #
 # GOCACHE/GOMODCACHE/GOFLAGS are left as the machine's so that CI reuses the
-# build cache across runs: a warm rebuild is a link step (~1 min), a cold one
-# ~15 min on 2 cores. A lock serialises concurrent callers (make test and a
+# build cache across runs: a rebuild with a warm cache takes seconds, a cold one
+# ~10 min on 2 cores. A lock serialises concurrent callers (make test and a
 # test harness, or two worktrees sharing the cache).
 set -euo pipefail
 
