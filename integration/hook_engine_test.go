@@ -52,9 +52,13 @@ func saveRules(t testing.TB, n ns.NetNS, b iptables.Backend, f policy.Family) st
 	return out
 }
 
-// requireNoChains fails when any sforge chain is left in n, on any backend.
-func requireNoChains(t testing.TB, n ns.NetNS) {
+// requireNoChains fails when any sforge chain is left in n, on either
+// iptables backend, or any sforge table in nf_tables.
+func requireNoChains(t *testing.T, n ns.NetNS) {
 	t.Helper()
+	if left := nftOurs(t, n); len(left) > 0 {
+		t.Fatalf("nftables tables left behind: %v", left)
+	}
 	for _, b := range engineBackends {
 		for _, f := range []policy.Family{policy.IPv4, policy.IPv6} {
 			if dump := saveRules(t, n, b, f); strings.Contains(dump, policy.ChainPrefix) {

@@ -1,12 +1,14 @@
-// Command sforge-hook is not implemented yet; its issue replaces this placeholder.
+// Command sforge-hook is the OCI hook that confines a container's egress to
+// its allowlist: `sforge-hook createRuntime|prestart|poststop`, the OCI
+// state on stdin. See package hook.
 package main
 
 import (
-	"fmt"
 	"os"
+
+	"github.com/sforge-dev/netiso/hook"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "sforge-hook: not implemented")
-	os.Exit(1)
+	os.Exit(hook.Main(os.Args, os.Stdin, os.Stderr, os.Getenv))
 }

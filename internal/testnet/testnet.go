@@ -7,7 +7,7 @@
 //	container 198.51.100.2/24, 2001:db8::2/64, default via the judge
 //	judge     198.51.100.10/24 (the judge), 203.0.113.10/24 (the internet),
 //	          2001:db8::1/64; TCP on AllowedPort, OtherPort and 53, UDP
-//	          echo on 53, all on every address
+//	          echo on 53 and UDPPort, all on every address
 package testnet
 
 import (
@@ -43,6 +43,8 @@ const (
 	AllowedPort = 8080
 	OtherPort   = 9090
 	DNSPort     = 53
+	// UDPPort is a second UDP echo port, one no DNS rule opens.
+	UDPPort = 5353
 	// Banner is what every TCP server sends on accept, so a test knows it
 	// reached our server and not something else.
 	Banner = "sforge-testnet"
@@ -118,7 +120,22 @@ func NewBare(t testing.TB) *Topology {
 	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", OtherPort))
 	ServeTCP(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
 	ServeUDPEcho(t, tp.Judge, fmt.Sprintf(":%d", DNSPort))
+	ServeUDPEcho(t, tp.Judge, fmt.Sprintf(":%d", UDPPort))
 	return tp
+}
+
+// EmbeddedDNS is the address of Docker's embedded resolver, on the
+// container's loopback.
+var EmbeddedDNS = netip.MustParseAddr("127.0.0.11")
+
+// ServeEmbeddedDNS stands in for Docker's embedded resolver: TCP and UDP
+// echo on 127.0.0.11:53 inside the container namespace. Without a listener
+// there, a refused packet and an unanswered one would look alike.
+func (tp *Topology) ServeEmbeddedDNS(t testing.TB) {
+	t.Helper()
+	addr := netip.AddrPortFrom(EmbeddedDNS, DNSPort).String()
+	ServeTCP(t, tp.Container, addr)
+	ServeUDPEcho(t, tp.Container, addr)
 }
 
 func setup(link string, addrs []string, gateway netip.Addr) error {

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Result is one check's JSON line.
+type Result struct {
+	Check  string `json:"check"`
+	Target string `json:"target"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+}
+
+// checkFunc tries one thing and returns nil when it connected.
+type checkFunc func(target string, timeout time.Duration) error
+
+// checks are the probe's vocabulary, one function each, so that the
+// hostile probe can grow by adding entries.
+var checks = map[string]checkFunc{
+	"tcp":      func(t string, d time.Duration) error { return checkTCP("tcp4", t, d) },
+	"tcp6":     func(t string, d time.Duration) error { return checkTCP("tcp6", t, d) },
+	"udp":      func(t string, d time.Duration) error { return checkUDP("udp4", t, d) },
+	"udp6":     func(t string, d time.Duration) error { return checkUDP("udp6", t, d) },
+	"icmp":     checkICMP,
+	"loopback": checkLoopback,
+	"marker":   checkMarker,
+	"wait":     checkWait,
+}
+
+const usage = "usage: sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH)"
+
+func run(args []string, stdout, stderr io.Writer) int {
+	timeout := 2 * time.Second
+	if len(args) >= 2 && args[0] == "--timeout" {
+		d, err := time.ParseDuration(args[1])
+		if err != nil || d <= 0 {
+			fmt.Fprintf(stderr, "sforge-probe: invalid --timeout %q; %s\n", args[1], usage)
+			return 2
+		}
+		timeout, args = d, args[2:]
+	}
+	if len(args) == 0 || len(args)%2 != 0 {
+		fmt.Fprintln(stderr, "sforge-probe: "+usage)
+		return 2
+	}
+	for i := 0; i < len(args); i += 2 {
+		if _, ok := checks[args[i]]; !ok {
+			fmt.Fprintf(stderr, "sforge-probe: unknown check %q; %s\n", args[i], usage)
+			return 2
+		}
+	}
+	status := 0
+	enc := json.NewEncoder(stdout)
+	for i := 0; i < len(args); i += 2 {
+		r := Result{Check: args[i], Target: args[i+1]}
+		if err := checks[r.Check](r.Target, timeout); err != nil {
+			r.Error = err.Error()
+			status = 1
+		} else {
+			r.OK = true
+		}
+		_ = enc.Encode(r)
+	}
+	return status
+}
+
+// checkTCP connects; an accepted connection is success.
+func checkTCP(network, target string, timeout time.Duration) error {
+	c, err := net.DialTimeout(network, target, timeout)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// checkUDP sends a datagram and waits for any answer (the test servers
+// echo): without one, UDP cannot tell "delivered" from "lost".
+func checkUDP(network, target string, timeout time.Duration) error {
+	c, err := net.DialTimeout(network, target, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte("sforge-probe")); err != nil {
+		return err
+	}
+	buf := make([]byte, 512)
+	if _, err := c.Read(buf); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkICMP sends one echo request over an unprivileged ICMP datagram
+// socket, the kind `ping` uses without CAP_NET_RAW (allowed by the
+// net.ipv4.ping_group_range sysctl, which Docker opens to all groups).
+func checkICMP(target string, timeout time.Duration) error {
+	addr, err := netip.ParseAddr(target)
+	if err != nil || !addr.Is4() {
+		return fmt.Errorf("want an IPv4 address, got %q", target)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+	if err != nil {
+		return fmt.Errorf("failed to open an ICMP socket: %w", err)
+	}
+	defer unix.Close(fd)
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	// Echo request: type 8, code 0, checksum, identifier (the kernel
+	// sets it to the socket's), sequence 1, payload.
+	msg := append([]byte{8, 0, 0, 0, 0, 0, 0, 1}, "sforge-probe"...)
+	binary.BigEndian.PutUint16(msg[2:], icmpChecksum(msg))
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
+		return fmt.Errorf("failed to send an echo request: %w", err)
+	}
+	buf := make([]byte, 1500)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			return fmt.Errorf("no echo reply within %s", timeout)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to receive an echo reply: %w", err)
+		}
+		if n >= 8 && buf[0] == 0 { // echo reply
+			return nil
+		}
+	}
+	return fmt.Errorf("no echo reply within %s", timeout)
+}
+
+func icmpChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// checkLoopback listens on addr inside the container and connects to
+// itself: loopback must keep working under any allowlist.
+func checkLoopback(addr string, timeout time.Duration) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, _ = c.Write([]byte("ok"))
+			_ = c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("tcp", ln.Addr().String(), timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkMarker writes a file, proving that the container's process ran.
+func checkMarker(path string, _ time.Duration) error {
+	return os.WriteFile(path, []byte("ran\n"), 0o644)
+}
+
+// waitLimit bounds the wait check, so that a test that forgets to release
+// a container does not leave it running for ever.
+const waitLimit = 60 * time.Second
+
+// checkWait blocks until path exists, letting a test hold a container
+// running while it inspects or changes things outside.
+func checkWait(path string, _ time.Duration) error {
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not appear within %s", path, waitLimit)
+}
