@@ -448,7 +448,12 @@ func (j *Judge) serve(t testing.TB) {
 	testnet.ServeTCP(t, j.NetNS, fmt.Sprintf(":%d", JudgePort))
 	testnet.ServeTCP(t, j.NetNS, fmt.Sprintf(":%d", OtherPort))
 	testnet.ServeTCP(t, j.NetNS, ":53")
-	testnet.ServeUDPEcho(t, j.NetNS, ":53")
+	// UDP per address: a socket bound to the wildcard answers from the
+	// address of the route back (10.200.0.2), and the Pod's connected
+	// socket drops a reply from an address it did not send to.
+	for _, a := range []string{JudgeIP, InternetIP, ClusterDNS, JudgeIP6} {
+		testnet.ServeUDPEcho(t, j.NetNS, net.JoinHostPort(a, "53"))
+	}
 	t.Cleanup(func() { j.NetNS.Close() })
 }
 
