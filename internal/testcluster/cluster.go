@@ -200,6 +200,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		Startup:  map[string]time.Duration{},
 	}
 	c.NetNS = "/run/netns/" + c.NodeName
+	t.Logf("testcluster: starting node %s in %s", c.NodeName, c.Dir)
 	if err := os.Mkdir(c.Dir, 0o755); err != nil {
 		t.Fatalf("failed to create the cluster directory: %v", err)
 	}
