@@ -12,9 +12,10 @@
 # replaces each staging module by its published v0.<minor>.<patch> twin.
 #
 # GOCACHE/GOMODCACHE/GOFLAGS are left as the machine's so that CI reuses the
-# build cache across runs: a warm rebuild is a link step (~1-2 min), a cold
-# one ~20 min on 2 cores (the README's testing section has the figures). A
-# lock serialises concurrent callers (make test and a test harness, or two
+# build cache across runs: with a warm cache a rebuild takes seconds (a link
+# step per binary when the list below changes); a cold one takes ~20 min on 2
+# cores (the README's testing section has the measured figures). A lock
+# serialises concurrent callers (make test and a test harness, or two
 # worktrees sharing the cache).
 set -euo pipefail
 
