@@ -16,6 +16,7 @@ import (
 
 	"github.com/sforge-dev/netiso/bench/internal/timing"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -43,6 +44,7 @@ func hookInterleave(n, rounds int, run func(contender, round int) time.Duration)
 func hookRequire(b *testing.B) {
 	b.Helper()
 	testenv.RequireRoot(b)
+	b.Cleanup(testbin.Cleanup) // the binaries testbundle builds
 	for _, bin := range []string{"runc", "busybox", "iptables", "ip6tables", "iptables-restore", "ip6tables-restore"} {
 		testenv.RequireBinary(b, bin)
 	}
@@ -232,6 +234,7 @@ func (h *hookRunner) run(b *testing.B, id string) {
 // registered for all containers.
 func BenchmarkHookNothingToDo(b *testing.B) {
 	testenv.RequireRoot(b)
+	b.Cleanup(testbin.Cleanup)
 	bins := testbundle.Build(b)
 	dir := b.TempDir()
 	data, err := json.Marshal(&specs.Spec{Version: specs.Version, Process: &specs.Process{Args: []string{"/x"}, Env: []string{"PATH=/bin"}}})
