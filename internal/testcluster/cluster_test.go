@@ -14,9 +14,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testk8s"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +46,19 @@ func TestClusterLifecycle(t *testing.T) {
 			if during.Sysctls[key] != want {
 				t.Errorf("sysctl %s = %s while the kubelet runs, want %s: the kubelet did not set it?", key, during.Sysctls[key], want)
 			}
+		}
+		// Programs the test runs in the host's namespace (sforge itself,
+		// later) reach the API server through the forwarder.
+		cfg, err := clientcmd.BuildConfigFromFlags("", c.HostKubeconfig(t, testk8s.Admin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostCS, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := hostCS.CoreV1().Nodes().Get(context.Background(), c.NodeName, metav1.GetOptions{}); err != nil || n.Name != c.NodeName {
+			t.Errorf("from the host's namespace via %s: node %v, %v", c.Server, n, err)
 		}
 		cs := c.Client(t)
 		pod := &corev1.Pod{
