@@ -845,6 +845,13 @@ func (c *Cluster) Client(t testing.TB) kubernetes.Interface {
 // removes any container task left in containerd. Bounded: teardown kills
 // whatever is left anyway.
 func (c *Cluster) drain(t testing.TB) {
+	if t.Failed() {
+		// The daemons' logs are printed by the control plane's cleanup;
+		// the plugin's is the cluster's own.
+		if lines := c.CNILogLines(t); len(lines) > 0 {
+			t.Logf("--- tail of %s:\n%s", c.CNILog, strings.Join(lines[max(0, len(lines)-20):], "\n"))
+		}
+	}
 	if c.kubelet != nil && !c.kubelet.Exited() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
