@@ -66,8 +66,13 @@ func Leftovers(id string, before HostState) []string {
 			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 		}
 	}
-	if files, _ := filepath.Glob(filepath.Join(cniCacheDir, "results", dirPrefix+id+"-*")); len(files) > 0 {
-		out = append(out, "libcni cache entries "+strings.Join(files, " "))
+	if ents, err := os.ReadDir(filepath.Join(cniCacheDir, "results")); err == nil {
+		for _, e := range ents {
+			p := filepath.Join(cniCacheDir, "results", e.Name())
+			if strings.HasPrefix(e.Name(), dirPrefix+id+"-") || cachedSandboxUnder(p, dir) {
+				out = append(out, "libcni cache entry "+p)
+			}
+		}
 	}
 	if links, _ := os.ReadDir(containerLogsDir); len(links) > 0 {
 		for _, l := range links {

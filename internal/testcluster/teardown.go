@@ -3,6 +3,7 @@ package testcluster
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -78,7 +79,7 @@ func teardown(dir string, logf func(format string, args ...any)) error {
 	// 8. Files this cluster left in host directories, then the
 	// directories it created, deepest first.
 	for _, r := range by(kindCNINet) {
-		errs = append(errs, removeGlob(filepath.Join(cniCacheDir, "results", r.Name+"-*")))
+		errs = append(errs, removeCNICache(filepath.Join(cniCacheDir, "results"), r.Name, dir))
 	}
 	errs = append(errs, removeLogSymlinks(containerLogsDir, dir))
 	hostDirs := by(kindHostDir)
@@ -424,18 +425,59 @@ func restoreSysctl(r record) error {
 	return nil
 }
 
-func removeGlob(pattern string) error {
-	files, err := filepath.Glob(pattern)
+// removeCNICache removes libcni's cached results of this cluster's
+// sandboxes: those of its network (named netName-ID-IFNAME) and those of
+// containerd's built-in loopback network ("cni-loopback", shared by every
+// containerd on the host), told apart by the sandbox path under dir. The
+// kubelet's CNI DEL removes them; a killed node leaves them.
+func removeCNICache(resultsDir, netName, dir string) error {
+	ents, err := os.ReadDir(resultsDir)
 	if err != nil {
-		return err
+		return nil
 	}
 	var errs []error
-	for _, f := range files {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+	for _, e := range ents {
+		p := filepath.Join(resultsDir, e.Name())
+		ours := strings.HasPrefix(e.Name(), netName+"-")
+		if !ours {
+			ours = cachedSandboxUnder(p, dir)
+		}
+		if ours {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cachedSandboxUnder reports whether a libcni cache file is about a network
+// namespace under dir.
+func cachedSandboxUnder(path, dir string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var cached struct {
+		NetNS  string `json:"netns"`
+		Result struct {
+			Interfaces []struct {
+				Sandbox string `json:"sandbox"`
+			} `json:"interfaces"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(data, &cached) != nil {
+		return false
+	}
+	if strings.HasPrefix(cached.NetNS, dir+"/") {
+		return true
+	}
+	for _, i := range cached.Result.Interfaces {
+		if strings.HasPrefix(i.Sandbox, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // removeLogSymlinks removes the kubelet's links in logsDir (hard-coded

@@ -277,3 +277,38 @@ func TestJournalAndHelpers(t *testing.T) {
 		t.Error("deleteNetNS accepted a namespace that is not ours")
 	}
 }
+
+// TestRemoveCNICache removes this cluster's libcni cache entries only:
+// its network's by name, containerd's shared loopback network's by the
+// sandbox path, nothing of other networks or other containerds.
+func TestRemoveCNICache(t *testing.T) {
+	results := t.TempDir()
+	dir := "/tmp/sforge-node-abcd1234"
+	entry := func(name, sandbox string) {
+		body := `{"kind":"cniCacheV1","containerId":"x","result":{"interfaces":[{"name":"lo","sandbox":"` + sandbox + `"}]}}`
+		if err := os.WriteFile(filepath.Join(results, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry("sforge-node-abcd1234-s1-eth0", dir+"/containerd/state/netns/cni-1")
+	entry("cni-loopback-s1-lo", dir+"/containerd/state/netns/cni-1")
+	entry("cni-loopback-s2-lo", "/var/run/netns/cni-2")
+	entry("cni-loopback-s3-lo", dir+"-other/netns/cni-3")
+	entry("sforge-node-abcd12345-s4-eth0", "/elsewhere")
+	entry("k8s-pod-network-s5-eth0", "/var/run/netns/cni-5")
+	if err := os.WriteFile(filepath.Join(results, "garbage"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeCNICache(results, "sforge-node-abcd1234", dir); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(results)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	want := []string{"cni-loopback-s2-lo", "cni-loopback-s3-lo", "garbage", "k8s-pod-network-s5-eth0", "sforge-node-abcd12345-s4-eth0"}
+	if strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("left %v, want %v", left, want)
+	}
+}
