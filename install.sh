@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
-# Thin bootstrap: build sforge if needed and put its binaries in $PREFIX/bin.
-# Registration with the container runtimes found on this host is
-# `sforge install`'s job (see README).
+# Thin bootstrap: build sforge when Go is here, put its binaries in
+# $PREFIX/bin, then register them with the container runtimes found on this
+# host (`sforge install`, which says what it changed). Arguments are passed
+# to `sforge install`, e.g. `./install.sh --dry-run` or `./install.sh --docker`.
+# Environment: PREFIX (default /usr/local), BIN (build directory, default bin).
 set -euo pipefail
 cd "$(dirname "$0")"
 PREFIX=${PREFIX:-/usr/local}
 BIN=${BIN:-bin}
-if [[ ! -x $BIN/sforge ]]; then
-  command -v go >/dev/null || { echo "install.sh: Go is needed to build sforge (https://go.dev/doc/install)" >&2; exit 1; }
-  make build BIN="$BIN"
+bins=(sforge sforge-runtime sforge-hook sforge-cni)
+
+if command -v go >/dev/null 2>&1; then
+  # Incremental: Go's build cache makes this cheap when nothing changed.
+  make --no-print-directory build BIN="$BIN"
+else
+  for b in "${bins[@]}"; do
+    [[ -x $BIN/$b ]] || { echo "install.sh: $BIN/$b is missing and Go is not installed to build it (https://go.dev/doc/install)" >&2; exit 1; }
+  done
 fi
+
+dry_run=0
+for a in "$@"; do [[ $a == --dry-run ]] && dry_run=1; done
+if ((dry_run)); then
+  echo "install.sh: dry run: would copy ${bins[*]} to $PREFIX/bin"
+  exec "$BIN/sforge" install --prefix "$PREFIX" "$@"
+fi
+
 install -d "$PREFIX/bin"
-for b in "$BIN"/sforge*; do
-  install -m 0755 "$b" "$PREFIX/bin/"
-  echo "installed $PREFIX/bin/$(basename "$b")"
+for b in "${bins[@]}"; do
+  [[ -e $BIN/$b ]] || continue
+  # Copy then rename, so a runtime starting a container meanwhile never
+  # executes a half-written shim or hook.
+  install -m 0755 "$BIN/$b" "$PREFIX/bin/.$b.new"
+  mv -f "$PREFIX/bin/.$b.new" "$PREFIX/bin/$b"
+  echo "installed $PREFIX/bin/$b"
 done
+exec "$PREFIX/bin/sforge" install --prefix "$PREFIX" "$@"

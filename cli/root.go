@@ -40,6 +40,7 @@ vanish with it.`,
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)
 	root.AddCommand(newCmdPolicy(s))
+	root.AddCommand(newCmdInstall(s), newCmdUninstall(s), newCmdDoctor(s))
 	root.AddCommand(newCmdProxy(s))
 	return root
 }

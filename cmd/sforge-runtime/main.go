@@ -1,12 +1,12 @@
-// Command sforge-runtime is not implemented yet; its issue replaces this placeholder.
+// Command sforge-runtime wraps runc: it adds the sforge hooks to the spec of
+// containers that ask for network isolation, then execs runc. See package
+// shim.
 package main
 
 import (
-	"fmt"
 	"os"
+
+	"github.com/sforge-dev/netiso/shim"
 )
 
-func main() {
-	fmt.Fprintln(os.Stderr, "sforge-runtime: not implemented")
-	os.Exit(1)
-}
+func main() { os.Exit(shim.Main(os.Args[1:])) }

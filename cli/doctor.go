@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sforge-dev/netiso/installer"
+	"github.com/sforge-dev/netiso/shim"
+)
+
+type doctorOptions struct {
+	reg registerOptions
+	// Seams for tests.
+	system interface {
+		checks(ctx context.Context) []installer.Finding
+	}
+	shimConfig  func() []installer.Finding
+	skipPresent bool // check every engine, installed or not (tests)
+}
+
+type realSystem struct{ installer.System }
+
+func (r realSystem) checks(ctx context.Context) []installer.Finding {
+	return append(r.CheckIPTables(ctx), r.CheckKernel(ctx)...)
+}
+
+// checkShimConfig validates /etc/sforge/runtime.json (or
+// $SFORGE_RUNTIME_CONFIG) the way the shim will read it.
+func checkShimConfig() []installer.Finding {
+	path := os.Getenv(shim.ConfigEnv)
+	if path == "" {
+		path = shim.DefaultConfigPath
+	}
+	_, err := shim.LoadConfig(path, "/nonexistent/sforge-runtime", os.Getenv)
+	if err != nil {
+		return []installer.Finding{{Check: "shim config", Severity: installer.Error, Message: err.Error(),
+			Fix: "fix or remove " + path + " (every setting has a default)"}}
+	}
+	return []installer.Finding{{Check: "shim config", Severity: installer.OK, Message: "sforge-runtime finds runc (" + path + " valid or absent)"}}
+}
+
+// run prints every finding and returns an error when any is an Error or
+// when sforge is registered with no runtime at all.
+func (o *doctorOptions) run(ctx context.Context, w io.Writer) error {
+	var all []installer.Finding
+	registered := false
+	for _, e := range o.reg.engines() {
+		if !o.skipPresent && !o.reg.explicit() && !e.Present() {
+			all = append(all, installer.Finding{Check: e.Name(), Severity: installer.Info, Message: e.Name() + " is not installed here"})
+			continue
+		}
+		fs := e.Check(ctx)
+		for _, f := range fs {
+			if f.Severity == installer.OK {
+				registered = true
+			}
+		}
+		all = append(all, fs...)
+	}
+	if !registered {
+		all = append(all, installer.Finding{Check: "registration", Severity: installer.Error,
+			Message: "sforge is not registered with any container runtime, so no container can be isolated",
+			Fix:     "sforge install"})
+	}
+	cfg := o.shimConfig
+	if cfg == nil {
+		cfg = checkShimConfig
+	}
+	all = append(all, cfg()...)
+	sys := o.system
+	if sys == nil {
+		sys = realSystem{}
+	}
+	all = append(all, sys.checks(ctx)...)
+
+	problems := 0
+	for _, f := range all {
+		fmt.Fprintf(w, "[%s] %s: %s\n", f.Severity, f.Check, f.Message)
+		if f.Fix != "" && f.Severity >= installer.Warning {
+			fmt.Fprintf(w, "        fix: %s\n", f.Fix)
+		}
+		if f.Severity == installer.Error {
+			problems++
+		}
+	}
+	if problems > 0 {
+		return &ExitError{Code: 1, Err: fmt.Errorf("doctor found %d problem(s) that break isolation; see the fixes above", problems)}
+	}
+	fmt.Fprintln(w, "sforge doctor: no problems that break isolation")
+	return nil
+}
+
+func newCmdDoctor(s Streams) *cobra.Command {
+	o := &doctorOptions{}
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the runtime registrations, iptables and kernel support",
+		Long: `Check everything isolation depends on and print each problem with its fix:
+
+  - each registration: Docker's daemon.json and the runtimes dockerd lists
+    (Engine API), containerd's config.toml, the hooks.d files of podman/CRI-O,
+    and that the binaries they name exist and are executable;
+  - the shim's settings (/etc/sforge/runtime.json) and that runc is found;
+  - the iptables binaries (iptables, ip6tables and their -restore, for the
+    nft and legacy backends);
+  - kernel support: a throwaway network namespace is created and a small
+    ruleset loaded into it, for IPv4 and IPv6.
+
+Exits non-zero when something required is broken.`,
+		Example: `  sforge doctor
+  sforge doctor --docker --docker-config /srv/docker/daemon.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.reg.complete(); err != nil {
+				return err
+			}
+			if len(o.reg.hooksDirs) == 0 {
+				return errors.New("--hooks-dir needs at least one directory")
+			}
+			return o.run(cmd.Context(), s.Out)
+		},
+	}
+	o.reg.addFlags(cmd)
+	// Doctor changes nothing: the install-only flags would only confuse.
+	_ = cmd.Flags().MarkHidden("dry-run")
+	_ = cmd.Flags().MarkHidden("prefix")
+	return cmd
+}

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sforge-dev/netiso/installer"
+	"github.com/sforge-dev/netiso/installer/containerd"
+	"github.com/sforge-dev/netiso/installer/docker"
+	"github.com/sforge-dev/netiso/installer/hooksd"
+)
+
+// registerOptions are the flags shared by install and uninstall (and, for
+// the config paths, doctor).
+type registerOptions struct {
+	docker, containerd, podman, crio bool
+	prefix                           string
+	dryRun                           bool
+	dockerConfig                     string
+	containerdConfig                 string
+	hooksDirs                        []string
+
+	// newEngines builds the engines; tests replace it.
+	newEngines func(o *registerOptions) []installer.Engine
+	// executable is the running sforge binary (the default prefix is its
+	// grandparent directory).
+	executable func() (string, error)
+}
+
+func (o *registerOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&o.docker, "docker", false, "Docker: runtime sforge in daemon.json")
+	f.BoolVar(&o.containerd, "containerd", false, "containerd: runtime sforge in config.toml")
+	f.BoolVar(&o.podman, "podman", false, "podman: hooks.d files")
+	f.BoolVar(&o.crio, "crio", false, "CRI-O: hooks.d files")
+	f.StringVar(&o.prefix, "prefix", "", "directory whose bin/ holds sforge-runtime and sforge-hook (default: the one this sforge is in)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the exact changes as a diff and change nothing")
+	f.StringVar(&o.dockerConfig, "docker-config", docker.DefaultConfigPath, "Docker's daemon.json")
+	f.StringVar(&o.containerdConfig, "containerd-config", containerd.DefaultConfigPath, "containerd's config.toml")
+	f.StringSliceVar(&o.hooksDirs, "hooks-dir", hooksd.DefaultDirs, "OCI hooks directory for podman and CRI-O (repeatable)")
+}
+
+func (o *registerOptions) complete() error {
+	if o.prefix == "" {
+		exe := o.executable
+		if exe == nil {
+			exe = os.Executable
+		}
+		self, err := exe()
+		if err != nil {
+			return fmt.Errorf("failed to find sforge's own path (pass --prefix): %w", err)
+		}
+		if r, err := filepath.EvalSymlinks(self); err == nil {
+			self = r
+		}
+		o.prefix = filepath.Dir(filepath.Dir(self))
+	}
+	abs, err := filepath.Abs(o.prefix)
+	if err != nil {
+		return fmt.Errorf("failed to resolve --prefix %s: %w", o.prefix, err)
+	}
+	o.prefix = abs
+	return nil
+}
+
+// validate checks that the binaries the registration points at exist: a
+// runtime registered with a missing shim fails every container.
+func (o *registerOptions) validate() error {
+	if len(o.hooksDirs) == 0 {
+		return errors.New("--hooks-dir needs at least one directory")
+	}
+	if o.dryRun {
+		return nil
+	}
+	opts := installer.Options{Prefix: o.prefix}
+	for _, p := range []string{opts.RuntimePath(), opts.HookPath()} {
+		if err := installer.Executable(p); err != nil {
+			return fmt.Errorf("invalid --prefix %s: %v; build and copy the binaries first (install.sh), or point --prefix at the directory above their bin/", o.prefix, err)
+		}
+	}
+	return nil
+}
+
+// engines returns the engines the flags select; with no runtime flag, every
+// runtime present on the host.
+func (o *registerOptions) engines() []installer.Engine {
+	if o.newEngines != nil {
+		return o.newEngines(o)
+	}
+	opts := installer.Options{Prefix: o.prefix}
+	all := []installer.Engine{
+		&docker.Engine{Options: opts, ConfigPath: o.dockerConfig},
+		&containerd.Engine{Options: opts, ConfigPath: o.containerdConfig},
+	}
+	var runtimes []string
+	explicit := o.docker || o.containerd || o.podman || o.crio
+	if o.podman || !explicit {
+		runtimes = append(runtimes, "podman")
+	}
+	if o.crio || !explicit {
+		runtimes = append(runtimes, "crio")
+	}
+	if len(runtimes) > 0 {
+		all = append(all, &hooksd.Engine{Options: opts, Runtimes: runtimes, Dirs: o.hooksDirs})
+	}
+	if !explicit {
+		return all
+	}
+	var out []installer.Engine
+	for _, e := range all {
+		switch e.(type) {
+		case *docker.Engine:
+			if o.docker {
+				out = append(out, e)
+			}
+		case *containerd.Engine:
+			if o.containerd {
+				out = append(out, e)
+			}
+		default:
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (o *registerOptions) explicit() bool { return o.docker || o.containerd || o.podman || o.crio }
+
+// run plans, prints and (unless dry-run) applies op on every selected
+// engine. One engine failing does not stop the others; the errors are
+// joined.
+func (o *registerOptions) run(ctx context.Context, op installer.Op, w io.Writer) error {
+	var selected []installer.Engine
+	for _, e := range o.engines() {
+		if o.explicit() || e.Present() {
+			selected = append(selected, e)
+		}
+	}
+	if len(selected) == 0 {
+		return errors.New("no container runtime found (docker, containerd, podman, crio): install one, or name it with --docker, --containerd, --podman or --crio")
+	}
+	var errs []error
+	for _, e := range selected {
+		p, err := e.Plan(op)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		for _, n := range p.Notes {
+			fmt.Fprintf(w, "%s: %s\n", e.Name(), n)
+		}
+		if o.dryRun {
+			if p.Empty() {
+				fmt.Fprintf(w, "%s: nothing to change\n", e.Name())
+			}
+			p.Render(w)
+			continue
+		}
+		if err := installer.Apply(p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		if p.Empty() {
+			fmt.Fprintf(w, "%s: nothing to change\n", e.Name())
+		}
+		for _, c := range p.Changes {
+			fmt.Fprintf(w, "%s: %s (%s)\n", e.Name(), c.Why, c.Path)
+		}
+		if err := e.Activate(ctx, p, w); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+		}
+	}
+	if o.dryRun {
+		fmt.Fprintln(w, "dry run: nothing was changed")
+	}
+	return errors.Join(errs...)
+}
+
+func newCmdInstall(s Streams) *cobra.Command {
+	o := &registerOptions{}
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Register sforge with the container runtimes of this host",
+		Long: `Register sforge-runtime and sforge-hook with the container runtimes of this
+host, so that a container started with the sforge.io/egress annotation (or the
+SFORGE_EGRESS environment variable on Docker) is isolated:
+
+  Docker      runtime "sforge" in daemon.json, then SIGHUP to dockerd and a
+              check through the Engine API (docker run --runtime sforge ...)
+  containerd  runtime "sforge" (io.containerd.runc.v2, BinaryName = the shim)
+              in config.toml; restart containerd afterwards
+  podman,     hooks.d files selected by the annotation
+  CRI-O
+
+With no runtime flag, every runtime found on the host. Installing twice changes
+nothing the second time; sforge uninstall removes exactly what this added.`,
+		Example: `  # see what would change, change nothing
+  sforge install --dry-run
+
+  # Docker only, with the binaries in /usr/local/bin
+  sforge install --docker --prefix /usr/local`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.complete(); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), installer.Install, s.Out)
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}

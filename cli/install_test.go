@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/installer"
+)
+
+type fakeEngine struct {
+	name      string
+	present   bool
+	planErr   error
+	activErr  error
+	file      string // the file the plan writes
+	activated int
+	findings  []installer.Finding
+}
+
+func (f *fakeEngine) Name() string  { return f.name }
+func (f *fakeEngine) Present() bool { return f.present }
+func (f *fakeEngine) Plan(op installer.Op) (installer.Plan, error) {
+	p := installer.Plan{Engine: f.name, Op: op}
+	if f.planErr != nil {
+		return p, f.planErr
+	}
+	before, _ := installer.ReadFile(f.file)
+	if op == installer.Install && before == nil {
+		p.Changes = append(p.Changes, installer.Change{Path: f.file, After: []byte("registered\n"), Why: "register"})
+	}
+	if op == installer.Uninstall && before != nil {
+		p.Changes = append(p.Changes, installer.Change{Path: f.file, Before: before, Why: "unregister"})
+	}
+	return p, nil
+}
+func (f *fakeEngine) Activate(_ context.Context, _ installer.Plan, w io.Writer) error {
+	f.activated++
+	io.WriteString(w, f.name+": activated\n")
+	return f.activErr
+}
+func (f *fakeEngine) Check(context.Context) []installer.Finding { return f.findings }
+
+func fakeOptions(t *testing.T, engines ...*fakeEngine) *registerOptions {
+	dir := t.TempDir()
+	for _, e := range engines {
+		e.file = filepath.Join(dir, e.name+".conf")
+	}
+	return &registerOptions{
+		prefix:    dir,
+		hooksDirs: []string{dir},
+		newEngines: func(*registerOptions) []installer.Engine {
+			var out []installer.Engine
+			for _, e := range engines {
+				out = append(out, e)
+			}
+			return out
+		},
+	}
+}
+
+func TestInstallRun(t *testing.T) {
+	a := &fakeEngine{name: "a", present: true}
+	b := &fakeEngine{name: "b", present: false}
+	o := fakeOptions(t, a, b)
+	var w bytes.Buffer
+	if err := o.run(context.Background(), installer.Install, &w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.file); err != nil || a.activated != 1 {
+		t.Fatalf("present engine not installed: %v, activated %d", err, a.activated)
+	}
+	if _, err := os.Stat(b.file); err == nil || b.activated != 0 {
+		t.Fatal("absent engine installed without a flag")
+	}
+	if !strings.Contains(w.String(), "a: register ("+a.file+")") {
+		t.Fatalf("output %q", w.String())
+	}
+	// Second install: nothing to change.
+	w.Reset()
+	if err := o.run(context.Background(), installer.Install, &w); err != nil || !strings.Contains(w.String(), "a: nothing to change") {
+		t.Fatalf("second install: %v %q", err, w.String())
+	}
+	// Uninstall removes, a second uninstall changes nothing.
+	w.Reset()
+	if err := o.run(context.Background(), installer.Uninstall, &w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.file); err == nil {
+		t.Fatal("uninstall left the file")
+	}
+	w.Reset()
+	if err := o.run(context.Background(), installer.Uninstall, &w); err != nil || !strings.Contains(w.String(), "nothing to change") {
+		t.Fatalf("second uninstall: %v %q", err, w.String())
+	}
+}
+
+func TestInstallDryRun(t *testing.T) {
+	a := &fakeEngine{name: "a", present: true}
+	o := fakeOptions(t, a)
+	o.dryRun = true
+	var w bytes.Buffer
+	if err := o.run(context.Background(), installer.Install, &w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.file); err == nil || a.activated != 0 {
+		t.Fatal("dry run changed something")
+	}
+	for _, want := range []string{"--- /dev/null\n+++ " + a.file, "+registered", "dry run: nothing was changed"} {
+		if !strings.Contains(w.String(), want) {
+			t.Fatalf("dry-run output lacks %q:\n%s", want, w.String())
+		}
+	}
+}
+
+func TestInstallErrors(t *testing.T) {
+	// No runtime present and none named.
+	o := fakeOptions(t, &fakeEngine{name: "a"})
+	if err := o.run(context.Background(), installer.Install, io.Discard); err == nil || !strings.Contains(err.Error(), "no container runtime found") {
+		t.Fatalf("err %v", err)
+	}
+	// One engine failing does not stop the next; both errors are reported.
+	bad := &fakeEngine{name: "bad", present: true, planErr: errors.New("cannot parse")}
+	act := &fakeEngine{name: "act", present: true, activErr: errors.New("not listed")}
+	good := &fakeEngine{name: "good", present: true}
+	o = fakeOptions(t, bad, act, good)
+	err := o.run(context.Background(), installer.Install, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "bad: cannot parse") || !strings.Contains(err.Error(), "act: not listed") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := os.Stat(good.file); err != nil {
+		t.Fatal("a failing engine stopped the others")
+	}
+}
+
+func TestInstallValidate(t *testing.T) {
+	dir := t.TempDir()
+	o := &registerOptions{prefix: dir, hooksDirs: []string{"/x"}}
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--prefix") {
+		t.Fatalf("missing binaries: %v", err)
+	}
+	_ = os.MkdirAll(filepath.Join(dir, "bin"), 0o755)
+	for _, n := range []string{"sforge-runtime", "sforge-hook"} {
+		_ = os.WriteFile(filepath.Join(dir, "bin", n), []byte("#!/bin/sh\n"), 0o755)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	o.hooksDirs = nil
+	if err := o.validate(); err == nil {
+		t.Fatal("empty --hooks-dir accepted")
+	}
+	// The default prefix is the directory above the one sforge is in.
+	o = &registerOptions{executable: func() (string, error) { return filepath.Join(dir, "bin", "sforge"), nil }}
+	if err := o.complete(); err != nil || o.prefix != dir {
+		t.Fatalf("prefix %q %v", o.prefix, err)
+	}
+}
+
+func TestInstallSelection(t *testing.T) {
+	names := func(o *registerOptions) string {
+		var n []string
+		for _, e := range o.engines() {
+			n = append(n, e.Name())
+		}
+		return strings.Join(n, ",")
+	}
+	for _, tt := range []struct {
+		o    registerOptions
+		want string
+	}{
+		{registerOptions{}, "docker,containerd,podman+crio"},
+		{registerOptions{docker: true}, "docker"},
+		{registerOptions{containerd: true, crio: true}, "containerd,crio"},
+		{registerOptions{podman: true, crio: true}, "podman+crio"},
+	} {
+		if got := names(&tt.o); got != tt.want {
+			t.Errorf("%+v: engines %s, want %s", tt.o, got, tt.want)
+		}
+	}
+}
+
+// The real engines end to end through the command line, on files in a
+// temporary directory and with no dockerd behind DOCKER_HOST.
+func TestInstallCommandEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "prefix")
+	_ = os.MkdirAll(filepath.Join(prefix, "bin"), 0o755)
+	for _, n := range []string{"sforge-runtime", "sforge-hook"} {
+		_ = os.WriteFile(filepath.Join(prefix, "bin", n), []byte("#!/bin/sh\n"), 0o755)
+	}
+	daemonJSON := filepath.Join(dir, "daemon.json")
+	_ = os.WriteFile(daemonJSON, []byte("{\n  \"debug\": true\n}\n"), 0o644)
+	toml := filepath.Join(dir, "config.toml")
+	_ = os.WriteFile(toml, []byte("version = 2\n"), 0o644)
+	hooks := filepath.Join(dir, "hooks.d")
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(dir, "no-docker.sock"))
+	args := []string{"--docker", "--containerd", "--podman", "--prefix", prefix, "--docker-config", daemonJSON, "--containerd-config", toml, "--hooks-dir", hooks}
+	run := func(cmd string, extra ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		root := NewRootCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errb})
+		root.SetArgs(append(append([]string{cmd}, args...), extra...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("sforge %s: %v\n%s", cmd, err, out.String())
+		}
+		return out.String()
+	}
+	snapshot := func() string {
+		var b strings.Builder
+		for _, p := range []string{daemonJSON, toml, daemonJSON + ".sforge-backup", filepath.Join(hooks, "sforge-createruntime.json"), filepath.Join(hooks, "sforge-poststop.json")} {
+			c, err := os.ReadFile(p)
+			b.WriteString(p + ":" + string(c) + ":" + map[bool]string{true: "absent", false: "present"}[err != nil] + "\n")
+		}
+		return b.String()
+	}
+	orig := snapshot()
+	out := run("install", "--dry-run")
+	if snapshot() != orig || !strings.Contains(out, "+    \"sforge\": {") || !strings.Contains(out, "+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.sforge]") {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	out = run("install")
+	for _, want := range []string{"docker: register runtime sforge", "dockerd is not answering", "containerd: restart containerd", "podman: add the createRuntime hook"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("install output lacks %q:\n%s", want, out)
+		}
+	}
+	installed := snapshot()
+	out = run("install")
+	if snapshot() != installed || strings.Count(out, "nothing to change") != 3 {
+		t.Fatalf("second install changed something:\n%s", out)
+	}
+	run("uninstall")
+	if got := snapshot(); got != orig {
+		t.Fatalf("uninstall did not restore:\n%s\nwant\n%s", got, orig)
+	}
+	out = run("uninstall")
+	if snapshot() != orig || strings.Count(out, "nothing to change") != 3 {
+		t.Fatalf("second uninstall:\n%s", out)
+	}
+}

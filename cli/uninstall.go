@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/sforge-dev/netiso/installer"
+)
+
+func newCmdUninstall(s Streams) *cobra.Command {
+	o := &registerOptions{}
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove sforge's registration from the container runtimes",
+		Long: `Remove exactly what sforge install added: runtime "sforge" from Docker's
+daemon.json (restoring the file byte for byte when nothing else changed since)
+and from containerd's config.toml, and the hooks.d files. Uninstalling twice is
+a no-op. The binaries stay where install.sh put them.`,
+		Example: `  sforge uninstall --dry-run
+  sforge uninstall --docker`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.complete(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), installer.Uninstall, s.Out)
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}

@@ -1,0 +1,227 @@
+// Package hooksd registers sforge-hook with podman and CRI-O through OCI
+// hooks.d files (oci-hooks(5), version 1.0.0): one file per stage
+// (createRuntime installs, poststop removes), selected by the allowlist
+// annotation.
+package hooksd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/sforge-dev/netiso/installer"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Default hook directories: podman's and CRI-O's default, and the
+// administrators' override directory (a file there masks one of the same
+// name in the default directory, so both get the same content).
+var DefaultDirs = []string{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"}
+
+// Annotation patterns of the `when` clause. oci-hooks(5) matches each key
+// pattern against every annotation key and the value pattern against its
+// value with unanchored regular expressions. The key is anchored to match
+// our key exactly; the value pattern matches every value, newlines
+// included: it must not be narrower than what the hook accepts, or a
+// crafted value would skip the hook and run unisolated. The hook itself
+// validates the value and refuses malformed ones.
+var (
+	KeyPattern   = "^" + regexp.QuoteMeta(policy.AnnotationKey) + "$"
+	ValuePattern = "(?s)^.*$"
+)
+
+// HookTimeout bounds each hook run (seconds).
+const HookTimeout = 10
+
+// Stages and the files that hold them.
+var stageFiles = []struct{ stage, file string }{
+	{"createRuntime", "sforge-createruntime.json"},
+	{"poststop", "sforge-poststop.json"},
+}
+
+// Engine is the hooks.d config engine, shared by podman and CRI-O.
+type Engine struct {
+	Options installer.Options
+	// Runtimes are the runtimes served ("podman", "crio"): they share the
+	// hooks.d format and directories, so one engine serves both.
+	Runtimes []string
+	// Dirs are the hook directories (DefaultDirs when empty).
+	Dirs     []string
+	LookPath func(string) (string, error)
+}
+
+var _ installer.Engine = (*Engine)(nil)
+
+// Name implements installer.Engine.
+func (e *Engine) Name() string { return strings.Join(e.Runtimes, "+") }
+
+// flag is the install flag that repairs this registration.
+func (e *Engine) flag() string {
+	if len(e.Runtimes) == 0 {
+		return "--podman"
+	}
+	return "--" + e.Runtimes[0]
+}
+
+func (e *Engine) dirs() []string {
+	if len(e.Dirs) > 0 {
+		return e.Dirs
+	}
+	return DefaultDirs
+}
+
+// Present implements installer.Engine.
+func (e *Engine) Present() bool {
+	look := e.LookPath
+	if look == nil {
+		look = exec.LookPath
+	}
+	for _, r := range e.Runtimes {
+		if _, err := look(r); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// File is a hooks.d file, version 1.0.0.
+type File struct {
+	Version string `json:"version"`
+	Hook    struct {
+		Path    string   `json:"path"`
+		Args    []string `json:"args"`
+		Timeout *int     `json:"timeout,omitempty"`
+	} `json:"hook"`
+	When struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"when"`
+	Stages []string `json:"stages"`
+}
+
+// Content renders the hooks.d file of a stage.
+func (e *Engine) Content(stage string) []byte {
+	var f File
+	f.Version = "1.0.0"
+	f.Hook.Path = e.Options.HookPath()
+	f.Hook.Args = []string{installer.HookBinary, stage}
+	t := HookTimeout
+	f.Hook.Timeout = &t
+	f.When.Annotations = map[string]string{KeyPattern: ValuePattern}
+	f.Stages = []string{stage}
+	b, _ := json.MarshalIndent(f, "", "  ")
+	return append(b, '\n')
+}
+
+// ours reports whether an existing file is one sforge wrote: its hook is
+// an sforge-hook binary.
+func ours(b []byte) bool {
+	var f File
+	return json.Unmarshal(b, &f) == nil && filepath.Base(f.Hook.Path) == installer.HookBinary
+}
+
+// Plan implements installer.Engine.
+func (e *Engine) Plan(op installer.Op) (installer.Plan, error) {
+	p := installer.Plan{Engine: e.Name(), Op: op}
+	for _, dir := range e.dirs() {
+		for _, sf := range stageFiles {
+			path := filepath.Join(dir, sf.file)
+			before, err := installer.ReadFile(path)
+			if err != nil {
+				return p, err
+			}
+			if before != nil && !ours(before) {
+				if op == installer.Install {
+					return p, fmt.Errorf("%s exists and is not sforge's; move it away, then run sforge install again", path)
+				}
+				p.Notes = append(p.Notes, fmt.Sprintf("%s is not sforge's; left as it is", path))
+				continue
+			}
+			if op == installer.Uninstall {
+				if before != nil {
+					p.Changes = append(p.Changes, installer.Change{Path: path, Before: before, Why: "remove the " + sf.stage + " hook"})
+				}
+				continue
+			}
+			after := e.Content(sf.stage)
+			if bytes.Equal(before, after) {
+				continue
+			}
+			why := "add the " + sf.stage + " hook"
+			if before != nil {
+				why = "update the " + sf.stage + " hook"
+			}
+			p.Changes = append(p.Changes, installer.Change{Path: path, Before: before, After: after, Mode: 0o644, Why: why})
+		}
+	}
+	if p.Empty() && len(p.Notes) == 0 {
+		if op == installer.Install {
+			p.Notes = append(p.Notes, "the sforge hooks are already in place")
+		} else {
+			p.Notes = append(p.Notes, "no sforge hooks to remove")
+		}
+	}
+	return p, nil
+}
+
+// Activate implements installer.Engine: podman reads hooks.d at every
+// container start and CRI-O watches the directories, so there is nothing
+// to reload.
+func (e *Engine) Activate(_ context.Context, p installer.Plan, w io.Writer) error {
+	if !p.Empty() && p.Op == installer.Install {
+		fmt.Fprintf(w, "%s: hooks active for new containers with annotation %s (podman: --annotation %s=...; if you pass --hooks-dir, include %s)\n",
+			e.Name(), policy.AnnotationKey, policy.AnnotationKey, e.dirs()[0])
+	}
+	return nil
+}
+
+// Check implements installer.Engine for `sforge doctor`.
+func (e *Engine) Check(context.Context) []installer.Finding {
+	check := e.Name() + " hooks.d"
+	var out []installer.Finding
+	found := 0
+	for _, dir := range e.dirs() {
+		for _, sf := range stageFiles {
+			path := filepath.Join(dir, sf.file)
+			b, err := installer.ReadFile(path)
+			if err != nil {
+				out = append(out, installer.Finding{Check: check, Severity: installer.Error, Message: err.Error(), Fix: "make it readable"})
+				continue
+			}
+			if b == nil {
+				continue
+			}
+			found++
+			var f File
+			if err := json.Unmarshal(b, &f); err != nil {
+				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
+					Message: fmt.Sprintf("%s is not valid JSON: %v (podman refuses to start containers)", path, err), Fix: "sforge install " + e.flag()})
+				continue
+			}
+			if f.Version != "1.0.0" || len(f.Stages) != 1 || f.Stages[0] != sf.stage || f.When.Annotations[KeyPattern] != ValuePattern {
+				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
+					Message: fmt.Sprintf("%s does not select sforge's annotation for stage %s", path, sf.stage), Fix: "sforge install " + e.flag()})
+				continue
+			}
+			if err := installer.Executable(f.Hook.Path); err != nil {
+				out = append(out, installer.Finding{Check: check, Severity: installer.Error,
+					Message: fmt.Sprintf("%s: hook %v", path, err), Fix: "reinstall the binaries (install.sh) or rerun sforge install " + e.flag() + " --prefix DIR"})
+				continue
+			}
+			out = append(out, installer.Finding{Check: check, Severity: installer.OK, Message: fmt.Sprintf("%s hook %s (%s)", sf.stage, path, f.Hook.Path)})
+		}
+	}
+	if found == 0 {
+		out = append(out, installer.Finding{Check: check, Severity: installer.Warning,
+			Message: fmt.Sprintf("no sforge hooks in %v", e.dirs()), Fix: "sforge install " + e.flag()})
+	} else if found%len(stageFiles) != 0 {
+		out = append(out, installer.Finding{Check: check, Severity: installer.Error,
+			Message: "only some of the sforge hook files are present (both createRuntime and poststop are needed)", Fix: "sforge install " + e.flag()})
+	}
+	return out
+}

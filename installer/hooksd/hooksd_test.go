@@ -1,0 +1,152 @@
+package hooksd
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/installer"
+)
+
+// podmanMatch is oci-hooks(5)'s annotation rule, as podman implements it:
+// some annotation whose key matches the key pattern has a value matching
+// the value pattern (both unanchored regexp.MatchString).
+func podmanMatch(f File, annotations map[string]string) bool {
+	for kp, vp := range f.When.Annotations {
+		kre, vre := regexp.MustCompile(kp), regexp.MustCompile(vp)
+		ok := false
+		for k, v := range annotations {
+			if kre.MatchString(k) && vre.MatchString(v) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWhenAnnotations(t *testing.T) {
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}}
+	var f File
+	if err := json.Unmarshal(e.Content("createRuntime"), &f); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		ann  map[string]string
+		want bool
+	}{
+		{map[string]string{"sforge.io/egress": "v1;tcp:198.51.100.10:8080"}, true},
+		{map[string]string{"sforge.io/egress": ""}, true},          // the hook refuses it
+		{map[string]string{"sforge.io/egress": "v1\n;evil"}, true}, // newlines cannot dodge the hook
+		{map[string]string{"sforge.io/egress": "garbage"}, true},   // the hook refuses it
+		{map[string]string{"xsforge.io/egress": "v1"}, false},
+		{map[string]string{"sforge.io/egress2": "v1"}, false},
+		{map[string]string{"sforgeXio/egress": "v1"}, false},
+		{map[string]string{"io.podman.annotations.label": "sforge.io/egress"}, false},
+		{nil, false},
+	} {
+		if got := podmanMatch(f, tt.ann); got != tt.want {
+			t.Errorf("match(%v) = %v, want %v", tt.ann, got, tt.want)
+		}
+	}
+	if f.Version != "1.0.0" || f.Hook.Path != "/p/bin/sforge-hook" || strings.Join(f.Hook.Args, " ") != "sforge-hook createRuntime" ||
+		f.Hook.Timeout == nil || *f.Hook.Timeout != HookTimeout || len(f.Stages) != 1 || f.Stages[0] != "createRuntime" {
+		t.Fatalf("file %+v", f)
+	}
+}
+
+func TestInstallUninstall(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{filepath.Join(root, "usr"), filepath.Join(root, "etc")}
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"crio"}, Dirs: dirs}
+	// An unrelated hook in the directory stays.
+	_ = os.MkdirAll(dirs[0], 0o755)
+	other := filepath.Join(dirs[0], "nvidia.json")
+	_ = os.WriteFile(other, []byte(`{"version":"1.0.0"}`), 0o644)
+
+	p, err := e.Plan(installer.Install)
+	if err != nil || len(p.Changes) != 4 {
+		t.Fatalf("install plan %+v %v", p, err)
+	}
+	if err := installer.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		for _, n := range []string{"sforge-createruntime.json", "sforge-poststop.json"} {
+			if _, err := os.Stat(filepath.Join(d, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if p, _ := e.Plan(installer.Install); !p.Empty() {
+		t.Fatalf("second install plans %+v", p.Changes)
+	}
+	e.Options.Prefix = "/q"
+	if p, _ := e.Plan(installer.Install); len(p.Changes) != 4 || !strings.HasPrefix(p.Changes[0].Why, "update") {
+		t.Fatalf("prefix change plans %+v", p.Changes)
+	}
+	p, _ = e.Plan(installer.Uninstall)
+	if err := installer.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dirs[0])
+	if len(entries) != 1 || entries[0].Name() != "nvidia.json" {
+		t.Fatalf("left %v", entries)
+	}
+	if p, _ := e.Plan(installer.Uninstall); !p.Empty() {
+		t.Fatal("second uninstall plans changes")
+	}
+}
+
+func TestForeignFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sforge-poststop.json")
+	_ = os.WriteFile(path, []byte(`{"version":"1.0.0","hook":{"path":"/usr/bin/other"}}`), 0o644)
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}, Dirs: []string{dir}}
+	if _, err := e.Plan(installer.Install); err == nil || !strings.Contains(err.Error(), "not sforge's") {
+		t.Fatalf("install over a foreign file: %v", err)
+	}
+	p, err := e.Plan(installer.Uninstall)
+	if err != nil || !p.Empty() || len(p.Notes) == 0 {
+		t.Fatalf("uninstall: %+v %v", p, err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "p")
+	_ = os.MkdirAll(filepath.Join(prefix, "bin"), 0o755)
+	hook := filepath.Join(prefix, "bin", "sforge-hook")
+	_ = os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755)
+	hd := filepath.Join(dir, "hooks.d")
+	e := &Engine{Options: installer.Options{Prefix: prefix}, Runtimes: []string{"podman"}, Dirs: []string{hd}}
+	sev := func() []installer.Severity {
+		var s []installer.Severity
+		for _, f := range e.Check(context.Background()) {
+			s = append(s, f.Severity)
+		}
+		return s
+	}
+	if s := sev(); len(s) != 1 || s[0] != installer.Warning {
+		t.Fatalf("nothing installed: %v", s)
+	}
+	p, _ := e.Plan(installer.Install)
+	_ = installer.Apply(p)
+	if s := sev(); len(s) != 2 || s[0] != installer.OK || s[1] != installer.OK {
+		t.Fatalf("installed: %v", s)
+	}
+	_ = os.Chmod(hook, 0o644)
+	if s := sev(); len(s) != 2 || s[0] != installer.Error {
+		t.Fatalf("hook not executable: %v", s)
+	}
+	_ = os.Remove(filepath.Join(hd, "sforge-poststop.json"))
+	if s := sev(); s[len(s)-1] != installer.Error {
+		t.Fatalf("one file missing: %v", s)
+	}
+}

@@ -1,0 +1,206 @@
+// Package installer registers sforge with the container runtimes of a host:
+// one config engine per runtime (docker/, containerd/, hooksd/ for podman
+// and CRI-O) behind the Engine interface, in the manner of
+// nvidia-container-toolkit's pkg/config/engine.
+//
+// Every engine first computes a Plan (the exact file changes, before and
+// after, shown by --dry-run as a diff) without touching anything; Apply
+// writes it atomically; Activate makes the runtime pick it up (Docker:
+// SIGHUP and a check through the Engine API) or says what the user must do
+// (containerd: restart). A second install plans nothing; uninstall plans
+// the removal of exactly what install added.
+package installer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/sforge-dev/netiso/shim"
+)
+
+// Op is what a plan does.
+type Op string
+
+const (
+	Install   Op = "install"
+	Uninstall Op = "uninstall"
+)
+
+// Binary names under <prefix>/bin.
+const (
+	RuntimeBinary = "sforge-runtime"
+	HookBinary    = "sforge-hook"
+	// RuntimeName is the name sforge registers under (docker run
+	// --runtime sforge, the containerd runtime handler).
+	RuntimeName = "sforge"
+)
+
+// Options are shared by every engine.
+type Options struct {
+	// Prefix holds the binaries in Prefix/bin.
+	Prefix string
+}
+
+// RuntimePath is the shim's installed path.
+func (o Options) RuntimePath() string { return filepath.Join(o.Prefix, "bin", RuntimeBinary) }
+
+// HookPath is the hook's installed path.
+func (o Options) HookPath() string { return filepath.Join(o.Prefix, "bin", HookBinary) }
+
+// Change is one file edit. Before nil means the file does not exist; After
+// nil means the change removes it.
+type Change struct {
+	Path   string
+	Before []byte
+	After  []byte
+	// Mode of a file the change creates; an existing file keeps its own.
+	Mode fs.FileMode
+	// Why says what the change is for, in a few words.
+	Why string
+}
+
+// Plan is the set of changes one engine makes for one operation, in order.
+type Plan struct {
+	Engine  string
+	Op      Op
+	Changes []Change
+	// Notes are said to the user whatever happens (for example that a
+	// file is left as it is and why).
+	Notes []string
+}
+
+// Empty reports whether the plan changes nothing.
+func (p Plan) Empty() bool { return len(p.Changes) == 0 }
+
+// Render prints the plan as a unified diff per file.
+func (p Plan) Render(w io.Writer) {
+	for _, c := range p.Changes {
+		fmt.Fprintf(w, "# %s: %s\n", p.Engine, c.Why)
+		io.WriteString(w, Diff(c.Path, c.Before, c.After))
+	}
+}
+
+// Engine registers sforge with one container runtime.
+type Engine interface {
+	// Name is the runtime's name as the flag spells it ("docker", ...).
+	Name() string
+	// Present reports whether the runtime is installed on this host; with
+	// no runtime flag, install works on every present runtime.
+	Present() bool
+	// Plan computes the changes of op. It reads files and changes nothing.
+	Plan(op Op) (Plan, error)
+	// Activate runs after Apply (also when the plan was empty): it makes
+	// the runtime load the new configuration or tells the user how to. An
+	// error means the registration is not in effect.
+	Activate(ctx context.Context, p Plan, w io.Writer) error
+	// Check inspects the registration for `sforge doctor`.
+	Check(ctx context.Context) []Finding
+}
+
+// ErrConflict reports a file that changed between Plan and Apply.
+var ErrConflict = errors.New("file changed since it was read")
+
+// Apply writes a plan's changes in order, each atomically. Before each one
+// it checks that the file still holds what Plan read, so a concurrent edit
+// is never overwritten.
+func Apply(p Plan) error {
+	for _, c := range p.Changes {
+		cur, err := ReadFile(c.Path)
+		if err != nil {
+			return err
+		}
+		if (cur == nil) != (c.Before == nil) || !bytes.Equal(cur, c.Before) {
+			return fmt.Errorf("failed to update %s: %w; run the command again", c.Path, ErrConflict)
+		}
+		if c.After == nil {
+			if err := os.Remove(c.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("failed to remove %s: %w", c.Path, err)
+			}
+			continue
+		}
+		mode := c.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if st, err := os.Stat(c.Path); err == nil {
+			mode = st.Mode().Perm()
+		}
+		if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
+			return fmt.Errorf("failed to create the directory of %s: %w", c.Path, err)
+		}
+		if err := shim.WriteFileAtomic(c.Path, c.After, mode); err != nil {
+			return fmt.Errorf("failed to write %s: %w", c.Path, err)
+		}
+	}
+	return nil
+}
+
+// ReadFile returns a file's content, nil (and no error) when it does not
+// exist. An existing empty file is a non-nil empty slice.
+func ReadFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, nil
+}
+
+// Severity grades a doctor finding.
+type Severity int
+
+const (
+	OK Severity = iota
+	Info
+	Warning
+	// Error is a problem that breaks isolation: doctor exits non-zero.
+	Error
+)
+
+func (s Severity) String() string {
+	switch s {
+	case OK:
+		return "ok"
+	case Info:
+		return "info"
+	case Warning:
+		return "warning"
+	default:
+		return "error"
+	}
+}
+
+// Finding is one result of a check: what was checked, what was found and,
+// for problems, the fix.
+type Finding struct {
+	Check    string
+	Severity Severity
+	Message  string
+	Fix      string
+}
+
+// Executable reports whether path is a regular file with an execute bit.
+func Executable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testdocker"
+)
+
+// TestRuntimeDocker is the Docker acceptance: a private dockerd (20.10,
+// so the environment form of the allowlist), `sforge install --docker`
+// registers the shim, and `docker run --runtime sforge -e SFORGE_EGRESS=...`
+// of a FROM-scratch image is isolated: the judge port only, not the
+// judge's other port, UDP, ICMP, the internet, IPv6, a neighbour container
+// (by address, IPv6 address, or name through Docker's embedded DNS), and
+// without NET_RAW. Without the allowlist the same image reaches all of it.
+// A malformed allowlist, NET_ADMIN, --privileged and --network host each
+// fail `docker run` before the process runs.
+func TestRuntimeDocker(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	d := testdocker.Start(t, testdocker.Options{})
+	regWorld(t, d.NetNS)
+
+	env := []string{"DOCKER_HOST=" + d.Host}
+	out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix)
+	if err != nil {
+		t.Fatalf("sforge install --docker: %v\n%s", err, out)
+	}
+	if want := "reloaded dockerd (pid " + strconv.Itoa(d.PID()) + ")"; !strings.Contains(out, want) {
+		t.Fatalf("install did not reload the test dockerd (%q):\n%s", want, out)
+	}
+	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); !strings.Contains(rts, `"sforge"`) || !strings.Contains(rts, filepath.Join(prefix, "bin", "sforge-runtime")) {
+		t.Fatalf("dockerd does not list runtime sforge: %s", rts)
+	}
+	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil || !strings.Contains(out, "nothing to change") {
+		t.Fatalf("second install: %v\n%s", err, out)
+	}
+	if out, err := regSforge(t, prefix, env, "doctor", "--docker", "--docker-config", d.ConfigFile); err != nil || !strings.Contains(out, "lists runtime sforge") {
+		t.Fatalf("sforge doctor: %v\n%s", err, out)
+	}
+
+	const image = "sforge-test/probe:1"
+	d.ImportImage(t, image, regRootfs(t, prefix))
+	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
+	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
+	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))
+	nb6 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").GlobalIPv6Address}}", "nb"))
+	if nb4 == "" || nb6 == "" {
+		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
+	}
+
+	checks := map[string]bool{
+		"tcp " + regJudgeTCP:      true,
+		"tcp " + regJudgeOther:    false,
+		"udp " + regJudgeUDP:      false,
+		"icmp " + regJudge4:       false,
+		"tcp " + regInternetTCP:   false,
+		"tcp6 " + regJudge6TCP:    false,
+		"tcp " + nb4 + ":9000":    false,
+		"tcp6 [" + nb6 + "]:9000": false,
+		"loopback 127.0.0.1":      true,
+	}
+	open := map[string]bool{}
+	for k := range checks {
+		open[k] = true
+	}
+	// One container per mode: the probe matrix, then the capabilities,
+	// then the neighbour's name through the embedded DNS (127.0.0.11).
+	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") +
+		"; grep -E '^Cap(Eff|Bnd)' /proc/self/status; if nslookup nb >/dev/null 2>&1; then echo DNS=ok; else echo DNS=fail; fi"
+	run := func(t *testing.T, extra ...string) string {
+		t.Helper()
+		args := append([]string{"run", "--rm", "--network", "sfnet"}, extra...)
+		args = append(args, image, "/bin/sh", "-c", script)
+		return d.MustDocker(t, args...)
+	}
+
+	t.Run("isolated", func(t *testing.T) {
+		out := run(t, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
+		t.Logf("isolated container's report:\n%s", out)
+		regExpect(t, out, checks)
+		if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
+		}
+		if !strings.Contains(out, "DNS=fail") {
+			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+		}
+	})
+	t.Run("without allowlist", func(t *testing.T) {
+		out := run(t, "--runtime", "sforge")
+		regExpect(t, out, open)
+		if !capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("without an allowlist the shim must not touch capabilities:\n%s", out)
+		}
+		if !strings.Contains(out, "DNS=ok") {
+			t.Errorf("the neighbour's name did not resolve without isolation (harness broken?):\n%s", out)
+		}
+	})
+
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  string
+	}{
+		{"malformed allowlist", []string{"--network", "sfnet", "-e", "SFORGE_EGRESS=v1;tcp:nope"}, "invalid sforge.io/egress value"},
+		{"NET_ADMIN", []string{"--network", "sfnet", "--cap-add", "NET_ADMIN", "-e", "SFORGE_EGRESS=" + regAllowlist}, "CAP_NET_ADMIN"},
+		{"privileged", []string{"--network", "sfnet", "--privileged", "-e", "SFORGE_EGRESS=" + regAllowlist}, "refused"},
+		{"host network", []string{"--network", "host", "-e", "SFORGE_EGRESS=" + regAllowlist}, "host's network namespace"},
+	} {
+		t.Run("refused/"+tc.name, func(t *testing.T) {
+			markers := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := append([]string{"run", "--rm", "--runtime", "sforge", "-v", markers + ":/m"}, tc.extra...)
+			args = append(args, image, "/bin/touch", "/m/ran")
+			out, err := d.Docker(ctx, args...)
+			if err == nil {
+				t.Fatalf("docker run succeeded; it must fail:\n%s", out)
+			}
+			if !strings.Contains(out, "sforge") || !strings.Contains(out, tc.want) {
+				t.Errorf("docker run failed without our message (%q):\n%s", tc.want, out)
+			}
+			regMustNotExist(t, filepath.Join(markers, "ran"), tc.name)
+			t.Logf("docker run refused as expected:\n%s", out)
+		})
+	}
+
+	// --network host: the container would share dockerd's namespace, which
+	// here is the test's own, never the real host's (the host guard above
+	// checks the real host's rules whatever happens).
+	hostNS, err := os.Stat("/proc/self/ns/net") // the test runs in the host's
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerNS, err := os.Stat(d.NetNS.Path())
+	if err != nil || os.SameFile(hostNS, dockerNS) {
+		t.Fatalf("dockerd runs in the host's network namespace: %v", err)
+	}
+
+	// Uninstall: the runtime disappears from dockerd after the reload.
+	if out, err := regSforge(t, prefix, env, "uninstall", "--docker", "--docker-config", d.ConfigFile); err != nil || !strings.Contains(out, "no longer lists runtime sforge") {
+		t.Fatalf("sforge uninstall: %v\n%s", err, out)
+	}
+	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); strings.Contains(rts, `"sforge"`) {
+		t.Fatalf("dockerd still lists runtime sforge after uninstall: %s", rts)
+	}
+}

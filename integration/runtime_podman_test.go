@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testpodman"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// TestRuntimePodman is the podman acceptance: `sforge install --podman`
+// writes the hooks.d files, and `podman run --annotation
+// sforge.io/egress=...` (with NET_RAW dropped: hooks.d cannot change the
+// spec, so the hook refuses NET_RAW instead) is isolated like the Docker
+// case; without the annotation the same image reaches everything; a
+// malformed annotation, NET_RAW kept, NET_ADMIN, --privileged and
+// --network host each fail `podman run` before the process runs.
+func TestRuntimePodman(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	hooks := filepath.Join(t.TempDir(), "hooks.d")
+	out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix)
+	if err != nil {
+		t.Fatalf("sforge install --podman: %v\n%s", err, out)
+	}
+	for _, f := range []string{"sforge-createruntime.json", "sforge-poststop.json"} {
+		if _, err := os.Stat(filepath.Join(hooks, f)); err != nil {
+			t.Fatalf("hooks.d file missing: %v\n%s", err, out)
+		}
+	}
+	p := testpodman.New(t, testpodman.Options{HooksDir: hooks})
+	regWorld(t, p.NetNS)
+	const image = "localhost/sforge-test/probe:1"
+	p.ImportImage(t, image, regRootfs(t, prefix))
+	p.MustPodman(t, "run", "-d", "--name", "nb", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
+	nb4 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "nb"))
+	nb6 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.GlobalIPv6Address}}", "nb"))
+	if nb4 == "" || nb6 == "" {
+		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
+	}
+	checks := map[string]bool{
+		"tcp " + regJudgeTCP:      true,
+		"tcp " + regJudgeOther:    false,
+		"udp " + regJudgeUDP:      false,
+		"icmp " + regJudge4:       false,
+		"tcp " + regInternetTCP:   false,
+		"tcp6 " + regJudge6TCP:    false,
+		"tcp " + nb4 + ":9000":    false,
+		"tcp6 [" + nb6 + "]:9000": false,
+		"loopback 127.0.0.1":      true,
+	}
+	open := map[string]bool{}
+	for k := range checks {
+		open[k] = true
+	}
+	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status"
+	annotation := policy.AnnotationAssignment(regAllowlist)
+
+	t.Run("isolated", func(t *testing.T) {
+		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("NET_RAW held:\n%s", out)
+		}
+	})
+	t.Run("without annotation", func(t *testing.T) {
+		out := p.MustPodman(t, "run", "--rm", image, "/bin/sh", "-c", script)
+		regExpect(t, out, open)
+	})
+	for _, tc := range []struct {
+		name, want string
+		args       []string
+	}{
+		{"malformed annotation", "invalid sforge.io/egress value", []string{"--annotation", policy.AnnotationAssignment("v1;tcp:nope"), "--cap-drop", "NET_RAW"}},
+		{"NET_RAW kept", "CAP_NET_RAW", []string{"--annotation", annotation}},
+		{"NET_ADMIN", "CAP_NET_ADMIN", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--cap-add", "NET_ADMIN"}},
+		{"privileged", "CAP_SYS_ADMIN", []string{"--annotation", annotation, "--privileged"}},
+		{"host network", "no network namespace", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--network", "host"}},
+	} {
+		t.Run("refused/"+tc.name, func(t *testing.T) {
+			markers := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := append([]string{"run", "--rm", "-v", markers + ":/m"}, tc.args...)
+			args = append(args, image, "/bin/touch", "/m/ran")
+			out, err := p.Podman(ctx, args...)
+			if err == nil {
+				t.Fatalf("podman run succeeded; it must fail:\n%s", out)
+			}
+			if !strings.Contains(out, "sforge-hook") || !strings.Contains(out, tc.want) {
+				t.Errorf("podman run failed without our message (%q):\n%s", tc.want, out)
+			}
+			regMustNotExist(t, filepath.Join(markers, "ran"), tc.name)
+			t.Logf("podman run refused as expected:\n%s", out)
+		})
+	}
+
+	if out, err := regSforge(t, prefix, nil, "uninstall", "--podman", "--hooks-dir", hooks); err != nil {
+		t.Fatalf("sforge uninstall --podman: %v\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(hooks); len(entries) != 0 {
+		t.Fatalf("uninstall left %v", entries)
+	}
+}

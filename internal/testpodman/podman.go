@@ -1,0 +1,208 @@
+// Package testpodman runs podman for integration tests with everything
+// private: storage root and runroot, tmpdir, file locks, CNI network config
+// and bridge, hooks directory, all under a temp dir, and every podman
+// command inside a network namespace the test created, so the bridge and
+// its rules never touch the host. podman has no daemon: cleanup removes
+// the containers and then the directory.
+package testpodman
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+)
+
+// Network addresses of the default network the harness defines (TEST-NET-1
+// and the documentation IPv6 prefix): podman's own default, 10.88.0.0/16,
+// is not a test address.
+const (
+	Subnet4  = "192.0.2.0/24"
+	Gateway4 = "192.0.2.1"
+	Subnet6  = "2001:db8:5::/64"
+	Gateway6 = "2001:db8:5::1"
+)
+
+// Options configure the harness.
+type Options struct {
+	// HooksDir is passed as --hooks-dir (empty: a private empty dir).
+	HooksDir string
+}
+
+// Podman is a private podman setup.
+type Podman struct {
+	Dir      string
+	HooksDir string
+	Bridge   string   // the CNI bridge in NetNS
+	NetNS    ns.NetNS // where podman, CNI and the containers' bridge live
+	conf     string
+}
+
+// New prepares the private directories and configuration.
+func New(t testing.TB, o Options) *Podman {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireBinary(t, "podman")
+	testenv.RequireBinary(t, "conmon")
+	testenv.RequireBinary(t, "nsenter")
+	dir, err := os.MkdirTemp("", "sfp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	p := &Podman{
+		Dir:      dir,
+		HooksDir: o.HooksDir,
+		Bridge:   "sfp" + hex.EncodeToString(suffix),
+		NetNS:    testenv.NewNetNS(t),
+		conf:     filepath.Join(dir, "containers.conf"),
+	}
+	if p.HooksDir == "" {
+		p.HooksDir = filepath.Join(dir, "hooks.d")
+	}
+	netDir := filepath.Join(dir, "cni")
+	for _, d := range []string{netDir, p.HooksDir, filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// default_ulimits = []: this machine cannot raise limits (no
+	// CAP_SYS_RESOURCE). File locks: the default SHM lock segment is shared
+	// by every podman on the host, so parallel private roots would collide.
+	// ping_group_range as in the containers.conf podman ships, so that
+	// unprivileged ICMP works in containers as it does on a stock install.
+	conf := fmt.Sprintf(`[containers]
+default_ulimits = []
+default_sysctls = ["net.ipv4.ping_group_range=0 0"]
+[network]
+network_backend = "cni"
+cni_plugin_dirs = ["/usr/lib/cni"]
+network_config_dir = %q
+default_network = "podman"
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = %q
+lock_type = "file"
+tmp_dir = %q
+`, netDir, filepath.Join(dir, "events.log"), filepath.Join(dir, "tmp"))
+	if err := os.WriteFile(p.conf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cni := fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "podman",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+        "ranges": [[{"subnet": %q, "gateway": %q}], [{"subnet": %q, "gateway": %q}]]
+      }
+    }
+  ]
+}
+`, p.Bridge, filepath.Join(dir, "ipam"), Subnet4, Gateway4, Subnet6, Gateway6)
+	if err := os.WriteFile(filepath.Join(netDir, "87-podman.conflist"), []byte(cni), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.cleanup(t) })
+	return p
+}
+
+// Command builds a podman command with the private settings, run inside
+// the harness's network namespace.
+func (p *Podman) Command(ctx context.Context, args ...string) *exec.Cmd {
+	base := []string{"--net=" + p.NetNS.Path(), "--", "podman",
+		"--root", filepath.Join(p.Dir, "root"),
+		"--runroot", filepath.Join(p.Dir, "runroot"),
+		"--tmpdir", filepath.Join(p.Dir, "tmp"),
+		"--storage-driver", "vfs",
+		"--cgroup-manager", "cgroupfs",
+		"--events-backend", "file",
+		"--hooks-dir", p.HooksDir,
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append(base, args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+p.conf)
+	return cmd
+}
+
+// Podman runs podman and returns its combined output; it never fails the
+// test by itself.
+func (p *Podman) Podman(ctx context.Context, args ...string) (string, error) {
+	cmd := p.Command(ctx, args...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// MustPodman is Podman with a 2-minute bound that fails the test on error.
+func (p *Podman) MustPodman(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := p.Podman(ctx, args...)
+	if err != nil {
+		t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// ImportImage makes an image from a directory tree (podman import of a
+// tar): there is no registry here.
+func (p *Podman) ImportImage(t testing.TB, name, rootfs string) {
+	t.Helper()
+	tarball := filepath.Join(p.Dir, "image.tar")
+	if out, err := exec.Command("tar", "-C", rootfs, "-cf", tarball, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar %s: %v\n%s", rootfs, err, out)
+	}
+	p.MustPodman(t, "import", tarball, name)
+	_ = os.Remove(tarball)
+}
+
+func (p *Podman) cleanup(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := p.Podman(ctx, "rm", "--all", "--force", "--time", "0"); err != nil {
+		t.Logf("podman rm --all: %v\n%s", err, out)
+	}
+	unmountBelow(p.Dir)
+	_ = os.RemoveAll(p.Dir)
+}
+
+// unmountBelow lazily unmounts every mount point under dir, deepest first.
+func unmountBelow(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
+}

@@ -1,0 +1,169 @@
+package shim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Args is what the shim needs to know about a runc command line. The command
+// line itself is never rewritten: the real runtime receives it unchanged.
+type Args struct {
+	// Command is the runc subcommand ("create", "delete", ...); empty when
+	// the command line has none (for example `runc --version`).
+	Command string
+	// ID is the container id of create/run (their first positional
+	// argument), used in error messages.
+	ID string
+	// Bundle is the value of the last --bundle/-b flag of the subcommand,
+	// empty when none was given (runc then uses the working directory).
+	Bundle string
+	// LogFile and LogFormat are runc's global --log and --log-format: the
+	// shim's own errors go there too, so the engine that called runc
+	// (containerd, Docker) shows them.
+	LogFile   string
+	LogFormat string
+}
+
+// Modifies reports whether the subcommand creates a container from a
+// bundle, the only case where the shim reads config.json.
+func (a Args) Modifies() bool { return a.Command == "create" || a.Command == "run" }
+
+// runc's global flags that take a value (runc 1.1 main.go). urfave/cli, like
+// Go's flag package, accepts one or two leading dashes and "--flag=value".
+var globalValueFlags = map[string]bool{
+	"log":        true,
+	"log-format": true,
+	"root":       true,
+	"criu":       true,
+	"rootless":   true, // a string flag in runc ("true", "false", "auto")
+}
+
+// runc's global boolean flags.
+var globalBoolFlags = map[string]bool{
+	"debug":          true,
+	"systemd-cgroup": true,
+	"help":           true,
+	"h":              true,
+	"version":        true,
+	"v":              true,
+}
+
+// runc's subcommands, used to tell an unknown boolean global flag from an
+// unknown flag that takes a value.
+var subcommands = map[string]bool{
+	"checkpoint": true, "create": true, "delete": true, "events": true,
+	"exec": true, "features": true, "init": true, "kill": true, "list": true,
+	"pause": true, "ps": true, "restore": true, "resume": true, "run": true,
+	"spec": true, "start": true, "state": true, "update": true, "help": true,
+}
+
+// Flags of create/run that take a value. Every other flag of those two
+// subcommands is boolean in runc 1.1.
+var createValueFlags = map[string]bool{
+	"bundle":         true,
+	"b":              true,
+	"console-socket": true,
+	"pid-file":       true,
+	"preserve-fds":   true,
+}
+
+// flagName splits "-x", "--x" and "--x=v" into the name and, when present,
+// the inline value. ok is false for arguments that are not flags ("-" and
+// "--" included).
+func flagName(arg string) (name, value string, inline, ok bool) {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return "", "", false, false
+	}
+	s := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+	if s == "" || s[0] == '-' {
+		return "", "", false, false
+	}
+	name, value, inline = strings.Cut(s, "=")
+	return name, value, inline, true
+}
+
+// ParseArgs reads a runc command line (without argv[0]). It understands
+// runc's global flags before the subcommand and, for create and run, every
+// form of the bundle flag: --bundle X, --bundle=X, -b X, -b=X (and the
+// single-dash long forms urfave/cli accepts). A flag that needs a value and
+// has none is an error for create and run, where guessing wrong could start
+// a container from the wrong bundle; elsewhere the runtime reports it.
+func ParseArgs(args []string) (Args, error) {
+	var a Args
+	i := 0
+	for ; i < len(args); i++ {
+		arg := args[i]
+		name, value, inline, isFlag := flagName(arg)
+		if !isFlag {
+			if arg == "--" {
+				i++
+			}
+			break
+		}
+		switch {
+		case globalValueFlags[name]:
+			if !inline {
+				if i+1 >= len(args) {
+					return a, fmt.Errorf("runc flag --%s needs a value", name)
+				}
+				i++
+				value = args[i]
+			}
+			switch name {
+			case "log":
+				a.LogFile = value
+			case "log-format":
+				a.LogFormat = value
+			}
+		case globalBoolFlags[name], inline:
+			// A boolean, or a flag carrying its value inline.
+		default:
+			// A global flag this runc version does not have. If the next
+			// argument is a subcommand, take the flag as boolean; otherwise
+			// as taking that argument as its value.
+			if i+1 < len(args) && !subcommands[args[i+1]] {
+				i++
+			}
+		}
+	}
+	if i >= len(args) {
+		return a, nil
+	}
+	a.Command = args[i]
+	if !a.Modifies() {
+		return a, nil
+	}
+	for j := i + 1; j < len(args); j++ {
+		arg := args[j]
+		if arg == "--" {
+			if a.ID == "" && j+1 < len(args) {
+				a.ID = args[j+1]
+			}
+			break // the rest is positional
+		}
+		name, value, inline, isFlag := flagName(arg)
+		if !isFlag {
+			if a.ID == "" {
+				a.ID = arg
+			}
+			continue
+		}
+		if !createValueFlags[name] {
+			continue
+		}
+		if !inline {
+			if j+1 >= len(args) {
+				return a, fmt.Errorf("runc %s: flag --%s needs a value", a.Command, name)
+			}
+			j++
+			value = args[j]
+		}
+		if name == "bundle" || name == "b" {
+			if value == "" {
+				return a, fmt.Errorf("runc %s: flag --%s has an empty value", a.Command, name)
+			}
+			a.Bundle = value // the last one wins, as in runc
+		}
+	}
+	return a, nil
+}

@@ -1,0 +1,114 @@
+package shim
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		argv string // split on spaces
+		want Args
+	}{
+		{"no args", "", Args{}},
+		{"version", "--version", Args{}},
+		{"short version", "-v", Args{}},
+		{"bare create", "create ctr", Args{Command: "create", ID: "ctr"}},
+		{"bundle long", "create --bundle /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle long equals", "create --bundle=/b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle short", "create -b /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle short equals", "create -b=/b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle single dash long", "create -bundle /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle double dash short", "create --b=/b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"bundle after id (urfave reorders)", "create ctr --bundle /b", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"last bundle wins", "create -b /a --bundle=/b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"run", "run -d -b /b ctr", Args{Command: "run", ID: "ctr", Bundle: "/b"}},
+		{"bundle named like a subcommand", "create --bundle create ctr", Args{Command: "create", ID: "ctr", Bundle: "create"}},
+		{
+			"containerd shim form",
+			"--root /run/containerd/runc/moby --log /run/x/log.json --log-format json --systemd-cgroup create --bundle /run/x --pid-file /run/x/init.pid --console-socket /tmp/c.sock ctr",
+			Args{Command: "create", ID: "ctr", Bundle: "/run/x", LogFile: "/run/x/log.json", LogFormat: "json"},
+		},
+		{
+			"global flags with equals",
+			"--root=/r --log=/l --log-format=json --debug --rootless=false --criu=/c create -b /b ctr",
+			Args{Command: "create", ID: "ctr", Bundle: "/b", LogFile: "/l", LogFormat: "json"},
+		},
+		{
+			"global flags with values",
+			"--rootless auto --criu /c --debug create -b /b ctr",
+			Args{Command: "create", ID: "ctr", Bundle: "/b"},
+		},
+		{"single dash globals", "-root /r -log /l create ctr", Args{Command: "create", ID: "ctr", LogFile: "/l"}},
+		{"value flags of create are not the bundle", "create --pid-file -b --console-socket /s ctr", Args{Command: "create", ID: "ctr"}},
+		{"preserve-fds", "run --preserve-fds 3 -b /b ctr", Args{Command: "run", ID: "ctr", Bundle: "/b"}},
+		{"double dash ends flags", "create -- -b", Args{Command: "create", ID: "-b"}},
+		{"delete is not parsed", "--root /r delete --force ctr", Args{Command: "delete"}},
+		{"exec -b is not a bundle", "exec -b x ctr sh", Args{Command: "exec"}},
+		{"state", "--log /l --log-format text state ctr", Args{Command: "state", LogFile: "/l", LogFormat: "text"}},
+		{"unknown boolean global before subcommand", "--new-bool create -b /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"unknown valued global", "--new-flag val create -b /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"unknown inline global", "--new-flag=val create -b /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+		{"global double dash", "-- create -b /b ctr", Args{Command: "create", ID: "ctr", Bundle: "/b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseArgs(strings.Fields(tt.argv))
+			if err != nil {
+				t.Fatalf("ParseArgs(%q): %v", tt.argv, err)
+			}
+			if got != tt.want {
+				t.Fatalf("ParseArgs(%q) = %+v, want %+v", tt.argv, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseArgsErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		argv string
+		want string
+	}{
+		{"bundle without value", "create ctr --bundle", "--bundle needs a value"},
+		{"short bundle without value", "run ctr -b", "--b needs a value"},
+		{"empty bundle", "create --bundle= ctr", "empty value"},
+		{"global log without value", "--log", "--log needs a value"},
+		{"pid-file without value", "create ctr --pid-file", "--pid-file needs a value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseArgs(strings.Fields(tt.argv))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseArgs(%q) error = %v, want it to contain %q", tt.argv, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestModifies(t *testing.T) {
+	for cmd, want := range map[string]bool{"create": true, "run": true, "start": false, "delete": false, "exec": false, "": false} {
+		if got := (Args{Command: cmd}).Modifies(); got != want {
+			t.Errorf("Args{Command: %q}.Modifies() = %v, want %v", cmd, got, want)
+		}
+	}
+}
+
+func FuzzParseArgs(f *testing.F) {
+	for _, s := range []string{
+		"create --bundle /b ctr",
+		"--root /r --log /l --log-format json create -b=/b ctr",
+		"run -d ctr",
+		"--new x delete ctr",
+		"create -- -b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseArgs(strings.Fields(s))
+		if err == nil && !a.Modifies() && a.Bundle != "" {
+			t.Fatalf("bundle %q parsed for %q", a.Bundle, a.Command)
+		}
+	})
+}

@@ -1,0 +1,119 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+const (
+	// DefaultConfigPath is where `sforge install` and administrators put
+	// the shim's settings. Absent is fine: every setting has a default.
+	DefaultConfigPath = "/etc/sforge/runtime.json"
+	// ConfigEnv overrides DefaultConfigPath (tests, unusual layouts).
+	ConfigEnv = "SFORGE_RUNTIME_CONFIG"
+	// RuncEnv names the real runtime, overriding the config file.
+	RuncEnv = "SFORGE_RUNC"
+	// HookName is the hook binary the shim looks for next to itself.
+	HookName = "sforge-hook"
+	// DefaultLogPath is the shim's own log, beside the hook's
+	// (/var/log/sforge/hook.log).
+	DefaultLogPath = "/var/log/sforge/runtime.log"
+	// DefaultHookTimeout bounds each hook run (seconds): a stuck hook must
+	// not hang container creation forever; runc kills it and fails.
+	DefaultHookTimeout = 10
+)
+
+// Config is the shim's settings file, /etc/sforge/runtime.json:
+//
+//	{"runtime": "/usr/sbin/runc", "hook": "/usr/local/bin/sforge-hook", "log": "/var/log/sforge/runtime.log"}
+type Config struct {
+	// Runtime is the real OCI runtime (default: runc from PATH, then the
+	// usual locations).
+	Runtime string `json:"runtime,omitempty"`
+	// Hook is the sforge-hook binary (default: next to the shim).
+	Hook string `json:"hook,omitempty"`
+	// Log is the shim's own log file (DefaultLogPath when unset; "-" for
+	// none: errors still go to stderr and runc's --log file).
+	Log string `json:"log,omitempty"`
+	// HookTimeout is the per-hook timeout in seconds (default 10).
+	HookTimeout int `json:"hookTimeout,omitempty"`
+}
+
+// LoadConfig reads the settings file (path "" means ConfigEnv, then
+// DefaultConfigPath) and applies the environment and the defaults. self is
+// the shim's own executable, used to find the hook and to refuse a
+// configuration that points the shim at itself (an exec loop).
+func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
+	var c Config
+	if path == "" {
+		path = getenv(ConfigEnv)
+	}
+	if path == "" {
+		path = DefaultConfigPath
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return c, fmt.Errorf("failed to read %s: %w", path, err)
+	default:
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("failed to parse %s (want {\"runtime\":..., \"hook\":..., \"log\":...}): %w", path, err)
+		}
+	}
+	if v := getenv(RuncEnv); v != "" {
+		c.Runtime = v
+	}
+	if c.Runtime == "" {
+		c.Runtime = findRunc()
+		if c.Runtime == "" {
+			return c, fmt.Errorf("failed to find runc: install it, or name the runtime in %s or $%s", path, RuncEnv)
+		}
+	}
+	if c.Hook == "" {
+		c.Hook = filepath.Join(filepath.Dir(self), HookName)
+	}
+	switch c.Log {
+	case "":
+		c.Log = DefaultLogPath
+	case "-":
+		c.Log = ""
+	}
+	if c.HookTimeout <= 0 {
+		c.HookTimeout = DefaultHookTimeout
+	}
+	if same(c.Runtime, self) {
+		return c, fmt.Errorf("the runtime %s is sforge-runtime itself; set the real runtime (runc) in %s or $%s", c.Runtime, path, RuncEnv)
+	}
+	return c, nil
+}
+
+func findRunc() string {
+	if p, err := exec.LookPath("runc"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc", "/sbin/runc", "/bin/runc"} {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// same reports whether two paths name the same file.
+func same(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}

@@ -1,0 +1,333 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// Spec is a bundle's config.json held as generic JSON: the shim edits the
+// few members it owns (hooks, capabilities) and writes every other byte of
+// the document back as it found it, including fields of runtime-spec
+// versions newer than this binary knows.
+type Spec struct {
+	path string
+	mode os.FileMode
+	top  map[string]json.RawMessage
+	// Decoded views of the parts the shim reads; they are written back into
+	// top only when modified.
+	annotations map[string]string
+	process     map[string]json.RawMessage
+	env         []string
+	dirty       bool
+}
+
+// SpecFile is the name of the OCI runtime configuration inside a bundle.
+const SpecFile = "config.json"
+
+// LoadSpec reads <bundle>/config.json.
+func LoadSpec(bundle string) (*Spec, error) {
+	path := filepath.Join(bundle, SpecFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open the container spec: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("failed to stat the container spec: %w", err)
+	}
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(f); err != nil {
+		return nil, fmt.Errorf("failed to read the container spec %s: %w", path, err)
+	}
+	s, err := ParseSpec(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse the container spec %s: %w", path, err)
+	}
+	s.path, s.mode = path, st.Mode().Perm()
+	return s, nil
+}
+
+// ParseSpec decodes a config.json document.
+func ParseSpec(b []byte) (*Spec, error) {
+	s := &Spec{}
+	if err := json.Unmarshal(b, &s.top); err != nil {
+		return nil, err
+	}
+	if s.top == nil {
+		return nil, errors.New("the document is not a JSON object")
+	}
+	if raw, ok := s.top["annotations"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &s.annotations); err != nil {
+			return nil, fmt.Errorf("field annotations: %w", err)
+		}
+	}
+	if raw, ok := s.top["process"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &s.process); err != nil {
+			return nil, fmt.Errorf("field process: %w", err)
+		}
+		if raw, ok := s.process["env"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &s.env); err != nil {
+				return nil, fmt.Errorf("field process.env: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// Annotations returns the spec's annotations (nil when it has none).
+func (s *Spec) Annotations() map[string]string { return s.annotations }
+
+// Env returns process.env.
+func (s *Spec) Env() []string { return s.env }
+
+// Hook is an OCI hook (runtime-spec config.md#posix-platform-hooks).
+type Hook struct {
+	Path    string   `json:"path"`
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Timeout *int     `json:"timeout,omitempty"`
+}
+
+// AddHook appends h to hooks.<stage> unless a hook with the same path and
+// arguments is already there (a runtime may call create twice on one
+// bundle; the hook must still run once). It reports whether it added h.
+func (s *Spec) AddHook(stage string, h Hook) (bool, error) {
+	hooks, err := objectField(s.top, "hooks")
+	if err != nil {
+		return false, err
+	}
+	var list []json.RawMessage
+	if raw, ok := hooks[stage]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return false, fmt.Errorf("field hooks.%s: %w", stage, err)
+		}
+	}
+	for i, raw := range list {
+		var have Hook
+		if err := json.Unmarshal(raw, &have); err != nil {
+			return false, fmt.Errorf("field hooks.%s[%d]: %w", stage, i, err)
+		}
+		if have.Path == h.Path && slices.Equal(have.Args, h.Args) {
+			return false, nil
+		}
+	}
+	raw, err := marshal(h)
+	if err != nil {
+		return false, err
+	}
+	list = append(list, raw)
+	if hooks[stage], err = marshal(list); err != nil {
+		return false, err
+	}
+	if s.top["hooks"], err = marshal(hooks); err != nil {
+		return false, err
+	}
+	s.dirty = true
+	return true, nil
+}
+
+// Hooks returns hooks.<stage> (for tests and checks).
+func (s *Spec) Hooks(stage string) ([]Hook, error) {
+	hooks, err := objectField(s.top, "hooks")
+	if err != nil {
+		return nil, err
+	}
+	var list []Hook
+	if raw, ok := hooks[stage]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("field hooks.%s: %w", stage, err)
+		}
+	}
+	return list, nil
+}
+
+// capabilitySets are the members of process.capabilities.
+var capabilitySets = []string{"bounding", "effective", "inheritable", "permitted", "ambient"}
+
+// DropCapability removes c (for example "CAP_NET_RAW") from every
+// capability set of the process. It reports whether anything changed.
+func (s *Spec) DropCapability(c string) (bool, error) {
+	if s.process == nil {
+		return false, nil
+	}
+	caps, err := objectField(s.process, "capabilities")
+	if err != nil {
+		return false, fmt.Errorf("field process: %w", err)
+	}
+	changed := false
+	for _, set := range capabilitySets {
+		raw, ok := caps[set]
+		if !ok || isNull(raw) {
+			continue
+		}
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return false, fmt.Errorf("field process.capabilities.%s: %w", set, err)
+		}
+		kept := slices.DeleteFunc(slices.Clone(list), func(x string) bool { return x == c })
+		if len(kept) == len(list) {
+			continue
+		}
+		if caps[set], err = marshal(kept); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	if !changed {
+		return false, nil
+	}
+	if s.process["capabilities"], err = marshal(caps); err != nil {
+		return false, err
+	}
+	if s.top["process"], err = marshal(s.process); err != nil {
+		return false, err
+	}
+	s.dirty = true
+	return true, nil
+}
+
+// Capabilities returns the named set of process.capabilities.
+func (s *Spec) Capabilities(set string) ([]string, error) {
+	if s.process == nil {
+		return nil, nil
+	}
+	caps, err := objectField(s.process, "capabilities")
+	if err != nil {
+		return nil, err
+	}
+	var list []string
+	if raw, ok := caps[set]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("field process.capabilities.%s: %w", set, err)
+		}
+	}
+	return list, nil
+}
+
+// NetworkNamespace reports whether linux.namespaces has a network entry and
+// its path ("" for a new namespace).
+func (s *Spec) NetworkNamespace() (found bool, path string, err error) {
+	linux, err := objectField(s.top, "linux")
+	if err != nil {
+		return false, "", err
+	}
+	var nss []struct {
+		Type string `json:"type"`
+		Path string `json:"path"`
+	}
+	if raw, ok := linux["namespaces"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &nss); err != nil {
+			return false, "", fmt.Errorf("field linux.namespaces: %w", err)
+		}
+	}
+	for _, n := range nss {
+		if n.Type == "network" {
+			return true, n.Path, nil
+		}
+	}
+	return false, "", nil
+}
+
+// objectField decodes obj[name] as a JSON object; a missing or null member
+// is an empty object.
+func objectField(obj map[string]json.RawMessage, name string) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	raw, ok := obj[name]
+	if !ok || isNull(raw) {
+		return out, nil
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("field %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// Bytes renders the document. HTML escaping is off so that strings the
+// shim did not touch keep their bytes ("<", ">" and "&" stay as they are).
+func (s *Spec) Bytes() ([]byte, error) {
+	return marshal(s.top)
+}
+
+// Modified reports whether the document changed since it was loaded.
+func (s *Spec) Modified() bool { return s.dirty }
+
+// Flush writes the document back when it changed: to a temporary file in
+// the bundle, synced, with the original mode, then renamed over
+// config.json, so the runtime reads either the old or the new spec, never
+// a torn one.
+func (s *Spec) Flush() error {
+	if !s.dirty {
+		return nil
+	}
+	b, err := s.Bytes()
+	if err != nil {
+		return fmt.Errorf("failed to encode the container spec: %w", err)
+	}
+	if err := WriteFileAtomic(s.path, b, s.mode); err != nil {
+		return fmt.Errorf("failed to write the container spec: %w", err)
+	}
+	s.dirty = false
+	return nil
+}
+
+// WriteFileAtomic replaces path with data: temporary file in the same
+// directory, fsync, chmod to mode, rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".sforge-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// marshal is json.Marshal without HTML escaping, so that members the shim
+// re-encodes keep their bytes.
+func marshal(v any) (json.RawMessage, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
