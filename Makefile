@@ -12,7 +12,7 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /integration)
 # start, and bundles built from scratch need static probes.
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
 
-.PHONY: all build test test-unit test-integration vet bench fuzz deps install uninstall clean
+.PHONY: all build test test-unit test-integration vet bench fuzz deps install uninstall clean k8s-bins
 
 all: build
 
@@ -25,16 +25,16 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 ## test: everything, unit and integration (needs root for the integration part)
-test: deps vet build
+test: deps vet build k8s-bins
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-unit: vet
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-test-integration: deps build
+test-integration: deps build k8s-bins
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./integration/...
 
-bench: deps build
+bench: deps build k8s-bins
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout $(TEST_TIMEOUT) ./bench/...
 
 ## fuzz: every fuzz target for FUZZTIME on top of its committed seed corpus
@@ -45,6 +45,14 @@ fuzz:
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+## k8s-bins: etcd, kube-apiserver, kube-controller-manager built from Go modules
+## for the Kubernetes integration tests and benchmarks; cached in
+## $(SFORGE_K8S_CACHE) (default /var/cache/sforge/k8s), a no-op when up to date.
+## Without root (and no writable cache) it is skipped: those tests need root.
+k8s-bins:
+	@if [ "$$(id -u)" = 0 ] || [ -n "$$SFORGE_K8S_CACHE" ]; then bash hack/k8s/build.sh; \
+	else echo "k8s-bins: not root and SFORGE_K8S_CACHE unset: skipping the Kubernetes build"; fi
 
 ## deps: install the system packages the tests need (as root, only when missing)
 deps:

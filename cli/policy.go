@@ -12,5 +12,6 @@ func newCmdPolicy(s Streams) *cobra.Command {
 		Short: "Compute and inspect allowlists without starting anything",
 	}
 	cmd.AddCommand(newCmdPolicyAnnotation(s, net.DefaultResolver))
+	cmd.AddCommand(newCmdPolicyRender(s, net.DefaultResolver))
 	return cmd
 }

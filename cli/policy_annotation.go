@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net/netip"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,12 +11,8 @@ import (
 
 // policyAnnotationOptions are the flags of `sforge policy annotation`.
 type policyAnnotationOptions struct {
-	judgeURL string
-	apiURLs  []string
-	dns      []string
-	action   string
-	env      bool
-	timeout  time.Duration
+	allowlistFlags
+	env bool
 
 	resolver  policy.Resolver
 	allowlist policy.Allowlist
@@ -51,55 +45,17 @@ A URL without a port uses 80 (http) or 443 (https).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.judgeURL, "judge-url", "", "URL of the Judge server (required), e.g. http://10.0.0.12:8080")
-	f.StringArrayVar(&o.apiURLs, "api-url", nil, "URL of the agent API or of a `sforge proxy` in front of it (repeatable)")
-	f.StringArrayVar(&o.dns, "dns", nil, "IPv4 address of a DNS resolver to allow on port 53 (repeatable; 127.0.0.11 is Docker's embedded one)")
-	f.StringVar(&o.action, "action", string(policy.Reject), "what happens to forbidden traffic: reject (immediate error) or drop (silent)")
+	o.allowlistFlags.add(f)
 	f.BoolVar(&o.env, "env", false, "print the environment form "+policy.EnvVar+"=VALUE instead of the annotation")
-	f.DurationVar(&o.timeout, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the URLs' hostnames may take")
 	return cmd
 }
 
 func (o *policyAnnotationOptions) complete(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if o.judgeURL == "" {
-		return fmt.Errorf("--judge-url is required")
-	}
-	targets := []policy.Target{}
-	judge, err := policy.ParseTarget("--judge-url", o.judgeURL)
+	a, err := o.allowlistFlags.resolve(ctx, o.resolver)
 	if err != nil {
 		return err
 	}
-	targets = append(targets, judge)
-	for _, u := range o.apiURLs {
-		t, err := policy.ParseTarget("--api-url", u)
-		if err != nil {
-			return err
-		}
-		targets = append(targets, t)
-	}
-	action, err := policy.ParseAction(o.action)
-	if err != nil {
-		return fmt.Errorf("--action: %w", err)
-	}
-	if o.timeout <= 0 {
-		return fmt.Errorf("--resolve-timeout must be positive, got %s", o.timeout)
-	}
-	var dns []netip.Addr
-	for _, d := range o.dns {
-		a, err := netip.ParseAddr(d)
-		if err != nil || !a.Is4() {
-			return fmt.Errorf("--dns %q: want an IPv4 address", d)
-		}
-		dns = append(dns, a)
-	}
-	endpoints, _, err := policy.Resolve(ctx, o.resolver, o.timeout, targets...)
-	if err != nil {
-		return err
-	}
-	o.allowlist = policy.Allowlist{Endpoints: endpoints, DNS: dns, Action: action}
+	o.allowlist = a
 	return nil
 }
 

@@ -42,6 +42,7 @@ vanish with it.`,
 	root.AddCommand(newCmdPolicy(s))
 	root.AddCommand(newCmdInstall(s), newCmdUninstall(s), newCmdDoctor(s))
 	root.AddCommand(newCmdProxy(s))
+	root.AddCommand(newCmdRun(s))
 	return root
 }
 

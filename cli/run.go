@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/launcher/docker"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// newAPIProxy is the in-process `sforge proxy` used by --api-proxy (set in
+// run_proxy.go); a build without it refuses --api-proxy up front.
+var newAPIProxy launcher.NewAPIProxyFunc
+
+// runSignals end a run (tests use another signal).
+var runSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+// backendFactory makes the backend named by --backend. It is called only
+// after every check that needs no daemon has passed.
+type backendFactory func(name string) (launcher.Backend, error)
+
+func defaultBackends(name string) (launcher.Backend, error) {
+	switch name {
+	case "docker":
+		api, err := docker.NewClient()
+		if err != nil {
+			return nil, fmt.Errorf("failed to create the Docker client: %w", err)
+		}
+		return docker.New(api), nil
+	}
+	return nil, fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", name)
+}
+
+// runOptions are the flags of `sforge run`.
+type runOptions struct {
+	req        launcher.Request
+	report     string
+	resolveTTL time.Duration
+
+	newBackend  backendFactory
+	resolver    policy.Resolver
+	newAPIProxy launcher.NewAPIProxyFunc
+	signals     []os.Signal
+}
+
+func newCmdRun(s Streams) *cobra.Command {
+	return newCmdRunWith(s, defaultBackends, net.DefaultResolver)
+}
+
+func newCmdRunWith(s Streams, backends backendFactory, r policy.Resolver) *cobra.Command {
+	o := &runOptions{newBackend: backends, resolver: r, newAPIProxy: newAPIProxy, signals: runSignals}
+	cmd := &cobra.Command{
+		Use:   "run --task <dir|file> --agent <name> [--disable-internet|--enable-internet] [--judge-url URL] [flags] [-- argv for --agent command]",
+		Short: "Run an agent on a task in a Work container, isolated from the network if asked",
+		Long: `Run an AI coding agent on a task inside a Work container.
+
+With the network isolated, the container can reach only the Judge server
+(--judge-url) and the agent's API (SFORGE_AGENT_API_BASE_URL, else the
+agent's default); everything else is refused and IPv6 is blocked. Hostnames
+are resolved to IPv4 here, at start-up, and pinned in the container's
+/etc/hosts, so the container needs no DNS. The agent's query gets a notice
+that the network is restricted. Dependencies belong in the task's
+setup_cmds, which run when the image is built, with network.
+
+Isolation is decided in this order: --enable-internet, then
+--disable-internet, then the task's "internet" field; the network is open
+when none is given. Isolated runs need the sforge runtime registered with
+Docker (sforge install --docker); without it sforge refuses to start the
+container.
+
+The agent's exit status becomes sforge's. sforge itself exits with 2 for a
+usage error, 124 when --timeout (or the task's timeout) ends the agent, 130
+when interrupted; the container is removed in every case.`,
+		Example: `  # Isolate the network of a task: only the Judge and the AI API are reachable
+  sforge run --task ./tasks/ad_placement_optimization --agent claude-code \
+    --judge-url http://10.0.0.12:8080 --disable-internet
+
+  # Force the network open, overriding "internet": false in task.json
+  sforge run --task ./tasks/ad_placement_optimization --agent claude-code --enable-internet
+
+  # The API only through a corporate proxy: terminal 1 runs the reverse proxy on the host
+  HTTPS_PROXY=http://corp-proxy.example.com:8080 sforge proxy --target https://api.anthropic.com --port 9090
+  # terminal 2: the container may reach only that proxy and the Judge
+  SFORGE_AGENT_API_BASE_URL=http://host.docker.internal:9090 \
+    sforge run --task ./tasks/t1 --agent claude-code --judge-url http://10.0.0.12:8080 --disable-internet
+
+  # A generic agent: any command, the query in $SFORGE_AGENT_QUERY
+  sforge run --task examples/hello-judge --agent command --judge-url http://172.17.0.1:8080 \
+    --report report.json -- /bin/sh -c 'echo "$SFORGE_AGENT_QUERY"'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash > 0 || (dash < 0 && len(args) > 0) {
+				return usageError(fmt.Errorf("unexpected argument %q: the agent's argv goes after --, and only with --agent command", args[0]))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.req.AgentArgs = args
+			if err := o.validate(); err != nil {
+				return usageError(err)
+			}
+			return o.run(cmd.Context(), s)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.req.TaskPath, "task", "", "task directory (holding task.json) or task JSON file (required)")
+	f.StringVar(&o.req.Agent, "agent", "", "agent profile: claude-code, codex, gemini-cli, command, or one from --agents-config (required)")
+	f.StringVar(&o.req.AgentsConfig, "agents-config", "", "JSON file with more agent profiles (default $XDG_CONFIG_HOME/sforge/agents.json)")
+	f.BoolVar(&o.req.DisableInternet, "disable-internet", false, "isolate the network: only the Judge and the AI API are reachable")
+	f.BoolVar(&o.req.EnableInternet, "enable-internet", false, "open the network, overriding the task's \"internet\": false")
+	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker (k8s arrives with the Kubernetes backend)")
+	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
+	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
+	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
+	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status) to this file")
+	f.DurationVar(&o.req.Timeout, "timeout", 0, "kill the agent after this long, e.g. 30m (default: the task's timeout, else none)")
+	f.StringArrayVarP(&o.req.Env, "env", "e", nil, "set NAME=VALUE in the agent's environment, or copy NAME from this one (repeatable)")
+	f.DurationVar(&o.resolveTTL, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the Judge and API hostnames may take")
+	return cmd
+}
+
+// UsageExitCode is the exit status of a command-line mistake.
+const UsageExitCode = 2
+
+func usageError(err error) error { return &ExitError{Code: UsageExitCode, Err: err} }
+
+// validate checks the flags that need neither the task nor a daemon.
+func (o *runOptions) validate() error {
+	switch o.req.Backend {
+	case "docker":
+	case "k8s":
+		return errors.New("--backend k8s: the Kubernetes backend is not yet available in this build; use --backend docker")
+	default:
+		return fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", o.req.Backend)
+	}
+	if o.req.APIProxy && o.newAPIProxy == nil {
+		return errors.New("--api-proxy: this build has no in-process proxy yet; run `sforge proxy --target <API URL> --port 9090` on the host and set SFORGE_AGENT_API_BASE_URL=http://host.docker.internal:9090")
+	}
+	if o.resolveTTL <= 0 {
+		return fmt.Errorf("--resolve-timeout must be positive, got %s", o.resolveTTL)
+	}
+	return nil
+}
+
+func (o *runOptions) run(ctx context.Context, s Streams) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, err := launcher.NewPlan(o.req)
+	if err != nil {
+		var ue *launcher.UsageError
+		if errors.As(err, &ue) {
+			return usageError(err)
+		}
+		return err
+	}
+	b, err := o.newBackend(o.req.Backend)
+	if err != nil {
+		return err
+	}
+	// Ctrl-C and SIGTERM cancel the run; cleanup then removes the
+	// container under a context of its own. Signals stay caught until
+	// cleanup is done, so a second Ctrl-C cannot leave the container behind.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, o.signals...)
+	defer signal.Stop(sigc)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigc:
+			fmt.Fprintf(s.ErrOut, "sforge: %v: stopping the agent and removing its container\n", sig)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rep, err := launcher.Launch(ctx, b, p, launcher.Options{
+		Resolver:       o.resolver,
+		ResolveTimeout: o.resolveTTL,
+		Stdout:         s.Out,
+		Stderr:         s.ErrOut,
+		Log:            s.ErrOut,
+		NewAPIProxy:    o.newAPIProxy,
+	})
+	if o.report != "" {
+		if werr := launcher.WriteReport(o.report, rep); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	var te *launcher.TimeoutError
+	var ie *launcher.InterruptedError
+	switch {
+	case errors.As(err, &te):
+		return &ExitError{Code: launcher.ExitTimeout, Err: err}
+	case errors.As(err, &ie):
+		return &ExitError{Code: launcher.ExitInterrupted, Err: err}
+	case err != nil:
+		return err
+	}
+	code := *rep.ExitCode
+	fmt.Fprintf(s.ErrOut, "sforge: agent exited with status %d\n", code)
+	if code != 0 {
+		return &ExitError{Code: code}
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/launcher"
+)
+
+// recordingBackend fails the test's expectations if anything reaches it
+// when it should not, and otherwise plays a daemon that runs the agent.
+type recordingBackend struct {
+	mu       sync.Mutex
+	calls    []string
+	exitCode int
+	block    bool
+}
+
+func (b *recordingBackend) rec(c string) { b.mu.Lock(); b.calls = append(b.calls, c); b.mu.Unlock() }
+func (b *recordingBackend) Name() string { return "docker" }
+func (b *recordingBackend) Check(*launcher.Plan) error {
+	b.rec("check")
+	return nil
+}
+func (b *recordingBackend) Preflight(context.Context, *launcher.Plan) (launcher.HostInfo, error) {
+	b.rec("preflight")
+	return launcher.HostInfo{AllowlistForm: "env"}, nil
+}
+func (b *recordingBackend) Prepare(_ context.Context, p *launcher.Plan, _ io.Writer) (string, error) {
+	b.rec("prepare")
+	return p.Task.Image, nil
+}
+func (b *recordingBackend) Start(_ context.Context, _ *launcher.Plan, stdout, _ io.Writer) error {
+	b.rec("start")
+	io.WriteString(stdout, "agent ran\n")
+	return nil
+}
+func (b *recordingBackend) Wait(ctx context.Context) (int, error) {
+	b.rec("wait")
+	if b.block {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return b.exitCode, nil
+}
+func (b *recordingBackend) Cleanup(context.Context) error { b.rec("cleanup"); return nil }
+
+type runHarness struct {
+	backend   *recordingBackend
+	factories int
+}
+
+func (h *runHarness) run(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	var out, errOut bytes.Buffer
+	cmd := newCmdRunWith(Streams{Out: &out, ErrOut: &errOut}, func(string) (launcher.Backend, error) {
+		h.factories++
+		return h.backend, nil
+	}, tableResolver{})
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func writeRunTask(t *testing.T, json string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(json), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRunRefusesBeforeContactingTheDaemon: every bad input is refused with
+// a message naming its cause, and no backend (no daemon client) is even
+// created.
+func TestRunRefusesBeforeContactingTheDaemon(t *testing.T) {
+	open := writeRunTask(t, `{"name":"t","image":"i","agent_query":"q"}`)
+	iso := writeRunTask(t, `{"name":"t","image":"i","agent_query":"q","internet":false}`)
+	badTimeout := writeRunTask(t, `{"name":"t","image":"i","agent_query":"q","timeout":5}`)
+	judge := "--judge-url=http://10.0.0.12:8080"
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+		code int
+	}{
+		{"both flags", nil, []string{"--task", open, "--agent", "codex", "--enable-internet", "--disable-internet"},
+			"--enable-internet and --disable-internet cannot be used together", 2},
+		{"k8s", nil, []string{"--task", open, "--agent", "codex", "--backend", "k8s"},
+			"--backend k8s: the Kubernetes backend is not yet available in this build; use --backend docker", 2},
+		{"unknown backend", nil, []string{"--task", open, "--agent", "codex", "--backend", "lxc"}, `--backend "lxc": unknown backend (allowed: docker, k8s)`, 2},
+		{"api key without api proxy", map[string]string{"OPENAI_API_KEY": "sk"}, []string{"--task", open, "--agent", "codex", "--api-key-env", "OPENAI_API_KEY"}, "--api-key-env needs --api-proxy", 2},
+		{"api key unset", nil, []string{"--task", open, "--agent", "codex", "--api-proxy", "--api-key-env", "NOT_SET_KEY"}, "--api-key-env NOT_SET_KEY: NOT_SET_KEY is not set in this environment", 2},
+		{"api proxy without api", nil, []string{"--task", open, "--agent", "command", "--api-proxy", "--", "/x"}, `--api-proxy: agent "command" has no API URL to proxy`, 2},
+		{"no task", nil, []string{"--agent", "codex"}, "--task is required", 1},
+		{"bad task", nil, []string{"--task", badTimeout, "--agent", "codex"}, `task.json: field "timeout": want a duration like "30m", got 5`, 1},
+		{"unknown agent", nil, []string{"--task", open, "--agent", "nope"}, `--agent "nope": unknown agent`, 2},
+		{"no judge", nil, []string{"--task", open, "--agent", "codex", "--disable-internet"}, "--judge-url is required when the network is isolated (decided by --disable-internet)", 2},
+		{"no judge (task)", nil, []string{"--task", iso, "--agent", "codex"}, `--judge-url is required when the network is isolated (decided by task "internet": false)`, 2},
+		{"proxy var", map[string]string{"SFORGE_HTTPS_PROXY": "http://corp:3128"}, []string{"--task", iso, "--agent", "codex", judge},
+			"SFORGE_HTTPS_PROXY is set, but injecting an HTTP proxy into the Work container cannot be combined with network isolation", 1},
+		{"bad judge url", nil, []string{"--task", iso, "--agent", "codex", "--judge-url", "judge:8080"}, `--judge-url "judge:8080": is not of the form`, 1},
+		{"loopback judge", nil, []string{"--task", iso, "--agent", "codex", "--judge-url", "http://127.0.0.1:8080"}, "which a container cannot reach", 2},
+		{"bad api url", map[string]string{"SFORGE_AGENT_API_BASE_URL": "api.example.com"}, []string{"--task", iso, "--agent", "codex", judge}, `SFORGE_AGENT_API_BASE_URL "api.example.com": is not of the form`, 1},
+		{"stray argument", nil, []string{"--task", open, "--agent", "codex", "extra"}, `unexpected argument "extra"`, 2},
+		{"argv for a built-in agent", nil, []string{"--task", open, "--agent", "codex", "--", "/bin/true"}, "are only for --agent command", 2},
+		{"negative timeout", nil, []string{"--task", open, "--agent", "codex", "--timeout", "-1s"}, "--timeout must be positive", 2},
+		{"bad timeout flag", nil, []string{"--task", open, "--agent", "codex", "--timeout", "5"}, `invalid argument "5" for "--timeout"`, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &runHarness{backend: &recordingBackend{}}
+			_, _, err := h.run(t, tt.env, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error\n  %v\nwant it to contain\n  %s", err, tt.want)
+			}
+			if got := exitCode(err); got != tt.code {
+				t.Errorf("exit code %d, want %d", got, tt.code)
+			}
+			if h.factories != 0 || len(h.backend.calls) != 0 {
+				t.Fatalf("the daemon side was reached: %d backends made, calls %v", h.factories, h.backend.calls)
+			}
+		})
+	}
+}
+
+func TestRunExitCodeAndReport(t *testing.T) {
+	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false}`)
+	report := filepath.Join(t.TempDir(), "report.json")
+	h := &runHarness{backend: &recordingBackend{exitCode: 7}}
+	out, errOut, err := h.run(t, nil, "--task", dir, "--agent", "command", "--judge-url", "http://198.51.100.10:8080", "--report", report, "--", "/probe")
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 7 || ee.Error() != "" {
+		t.Fatalf("err %v", err)
+	}
+	if out != "agent ran\n" || !strings.Contains(errOut, "sforge: agent exited with status 7") {
+		t.Fatalf("out %q err %q", out, errOut)
+	}
+	var rep map[string]any
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep["exit_code"].(float64) != 7 || rep["status"] != "exited" || rep["backend"] != "docker" ||
+		rep["allowlist"].(map[string]any)["value"] != "v1;tcp:198.51.100.10:8080" {
+		t.Fatalf("report %s", b)
+	}
+}
+
+// TestRunSignalCleansUp: a signal during the run cancels it, the
+// container is cleaned up, the exit status is 130 and the report says so.
+func TestRunSignalCleansUp(t *testing.T) {
+	old := runSignals
+	runSignals = []os.Signal{syscall.SIGUSR1}
+	defer func() { runSignals = old }()
+	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q"}`)
+	report := filepath.Join(t.TempDir(), "report.json")
+	h := &runHarness{backend: &recordingBackend{block: true}}
+	go func() {
+		for i := 0; i < 100; i++ {
+			time.Sleep(20 * time.Millisecond)
+			h.backend.mu.Lock()
+			n := len(h.backend.calls)
+			h.backend.mu.Unlock()
+			if n >= 5 { // waiting
+				syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+				return
+			}
+		}
+	}()
+	_, errOut, err := h.run(t, nil, "--task", dir, "--agent", "command", "--report", report, "--", "/probe")
+	if exitCode(err) != 130 || !strings.Contains(err.Error(), "interrupted during run; everything the run created was removed") {
+		t.Fatalf("err %v (code %d)", err, exitCode(err))
+	}
+	if !strings.Contains(errOut, "stopping the agent and removing its container") {
+		t.Fatalf("stderr %q", errOut)
+	}
+	if calls := h.backend.calls; calls[len(calls)-1] != "cleanup" {
+		t.Fatalf("calls %v", calls)
+	}
+	b, _ := os.ReadFile(report)
+	if !strings.Contains(string(b), `"status": "interrupted"`) {
+		t.Fatalf("report %s", b)
+	}
+}
+
+// proxyBackend plays a daemon whose workload reaches this host on
+// 127.0.0.1; its agent calls the API through the base URL it was given.
+type proxyBackend struct {
+	recordingBackend
+	plan *launcher.Plan
+	got  string
+}
+
+func (b *proxyBackend) Preflight(context.Context, *launcher.Plan) (launcher.HostInfo, error) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	return launcher.HostInfo{
+		Aliases:     map[string]netip.Addr{"host.docker.internal": lo},
+		ProxyListen: lo, ProxyHost: "host.docker.internal",
+		ProxyClients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, AllowlistForm: "env",
+	}, nil
+}
+
+func (b *proxyBackend) Start(_ context.Context, p *launcher.Plan, _, _ io.Writer) error {
+	b.plan = p
+	return nil
+}
+
+func (b *proxyBackend) Wait(ctx context.Context) (int, error) {
+	url := strings.Replace(b.plan.Env["ANTHROPIC_BASE_URL"], "host.docker.internal", "127.0.0.1", 1) + "/v1/messages"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	b.got = string(body)
+	return 0, nil
+}
+
+// TestRunAPIProxy: --api-proxy starts the real in-process proxy, points the
+// agent at it, allows only it (not the upstream API), and with
+// --api-key-env adds the key upstream while the container never gets it.
+func TestRunAPIProxy(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream got %s %s key=%q", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
+	}))
+	defer upstream.Close()
+	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false}`)
+	b := &proxyBackend{}
+	t.Setenv("SFORGE_AGENT_API_BASE_URL", upstream.URL)
+	t.Setenv("ANTHROPIC_API_KEY", "sk-secret")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	var out, errOut bytes.Buffer
+	cmd := newCmdRunWith(Streams{Out: &out, ErrOut: &errOut}, func(string) (launcher.Backend, error) { return b, nil }, tableResolver{})
+	cmd.SetArgs([]string{"--task", dir, "--agent", "claude-code", "--judge-url", "http://198.51.100.10:8080", "--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if b.got != `upstream got POST /v1/messages key="sk-secret"` {
+		t.Fatalf("upstream saw %q", b.got)
+	}
+	if _, ok := b.plan.Env["ANTHROPIC_API_KEY"]; ok {
+		t.Fatal("the container would hold the API key the proxy injects")
+	}
+	port := strings.TrimPrefix(b.plan.APIBaseURL, "http://host.docker.internal:")
+	if want := "v1;tcp:127.0.0.1:" + port + ";tcp:198.51.100.10:8080"; b.plan.AllowlistValue != want {
+		t.Fatalf("allowlist %q, want %q (the upstream must not be allowed)", b.plan.AllowlistValue, want)
+	}
+}

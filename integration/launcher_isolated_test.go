@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/launcher/docker"
+)
+
+// requireIsolationPieces checks that bin/ holds a working runtime shim and
+// hook (from `make build`). Without them nothing can be isolated, and in CI
+// that must fail loudly, not skip.
+func requireIsolationPieces(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(repoRoot(t), "bin")
+	for _, name := range []string{"sforge-runtime", "sforge-hook"} {
+		p := filepath.Join(bin, name)
+		_, err := os.Stat(p)
+		testenv.Require(t, err == nil, p+" is missing: run `make build`")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, _ := exec.CommandContext(ctx, p).CombinedOutput()
+		cancel()
+		testenv.Require(t, !bytes.Contains(out, []byte("not implemented")),
+			p+" is still the placeholder: isolated runs need the OCI hook and the runtime shim")
+	}
+	return filepath.Join(bin, "sforge-runtime")
+}
+
+// TestLauncherIsolated is the acceptance test of `sforge run
+// --disable-internet` on a real dockerd with the sforge runtime registered
+// as `sforge install --docker` does: the judge answers; the TEST-NET host,
+// the judge's other port and the IPv6 host are refused (the same hosts
+// answer in TestLauncherDocker, with the network open); the exit code is
+// propagated; the container is gone afterwards, also after SIGINT.
+func TestLauncherIsolated(t *testing.T) {
+	runtime := requireIsolationPieces(t)
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	example := filepath.Join(repoRoot(t), "examples", "hello-judge")
+	forbidden := "FORBIDDEN_URLS=" + strings.Join([]string{e.forbiddenURL, e.judgeOtherPortURL, e.v6URL}, " ")
+
+	t.Run("hello-judge: judge reachable, everything else refused", func(t *testing.T) {
+		report := filepath.Join(t.TempDir(), "report.json")
+		code, out, errOut := e.run(t, []string{forbidden}, "--task", example, "--agent", "command",
+			"--judge-url", e.judgeURL, "--env", "FORBIDDEN_URLS", "--report", report)
+		if code != 0 {
+			t.Fatalf("exit %d (2 means a leak)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		for _, want := range []string{
+			"Network access is restricted",
+			"agent: the judge answered: judge: received 20 bytes, verdict: accepted",
+			"agent: trying a destination that is not the judge: " + e.forbiddenURL,
+			"agent: trying a destination that is not the judge: " + e.judgeOtherPortURL,
+			"agent: trying a destination that is not the judge: " + e.v6URL,
+			"agent: done",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("stdout lacks %q\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
+			}
+		}
+		if n := strings.Count(out, "refused, as expected"); n != 3 {
+			t.Errorf("%d destinations refused, want 3\nstdout:\n%s", n, out)
+		}
+		rep := readReport(t, report)
+		al, _ := rep["allowlist"].(map[string]any)
+		if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
+			t.Errorf("report %v", rep)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("the API endpoint is allowed too", func(t *testing.T) {
+		// The TEST-NET host plays the agent's API: now it must answer,
+		// while the judge's other port stays refused.
+		api := strings.TrimSuffix(e.forbiddenURL, "/")
+		code, out, errOut := e.run(t, []string{launcher.EnvAPIBaseURL + "=" + api}, "--task", example, "--agent", "command",
+			"--judge-url", e.judgeURL, "--",
+			"/bin/sh", "-c", `timeout 10 wget -q -O - "$SFORGE_AGENT_API_BASE_URL/" && ! timeout 10 wget -q -O - `+e.judgeOtherPortURL)
+		if code != 0 || !strings.Contains(out, "forbidden answered") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("--api-proxy: only the proxy and the judge", func(t *testing.T) {
+		// The upstream is the TEST-NET host: the proxy (in dockerd's
+		// namespace, on the bridge gateway) reaches it, the container
+		// directly must not.
+		api := strings.TrimSuffix(e.forbiddenURL, "/")
+		r := e.startSforgeInNetNS(t, []string{launcher.EnvAPIBaseURL + "=" + api}, "--task", example, "--agent", "command",
+			"--judge-url", e.judgeURL, "--api-proxy", "--",
+			"/bin/sh", "-c", `timeout 10 wget -q -O - "$SFORGE_AGENT_API_BASE_URL/via-proxy" && ! timeout 10 wget -q -O - `+e.forbiddenURL)
+		if code := r.wait(t, 3*time.Minute); code != 0 || !strings.Contains(r.stdout.String(), "forbidden answered") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, r.stdout, r.stderr)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("exit code propagated", func(t *testing.T) {
+		code, out, errOut := e.run(t, nil, "--task", example, "--agent", "command", "--judge-url", e.judgeURL, "--", "/bin/sh", "-c", "exit 5")
+		if code != 5 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("SIGINT mid-run", func(t *testing.T) {
+		r := e.startSforge(t, nil, "--task", example, "--agent", "command", "--judge-url", e.judgeURL,
+			"--", "/bin/sh", "-c", "echo started; sleep 600")
+		r.waitLine(t, "started", 3*time.Minute)
+		if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t, time.Minute); code != 130 {
+			t.Fatalf("exit %d\nstderr:\n%s", code, r.stderr)
+		}
+		e.requireNoContainers(t)
+	})
+
+	t.Run("judge hostname pinned, no DNS inside", func(t *testing.T) {
+		// In-process, with a resolver that knows a name the container
+		// cannot resolve: only the /etc/hosts pin makes it work.
+		t.Setenv("DOCKER_HOST", e.d.Host)
+		t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+		p, err := launcher.NewPlan(launcher.Request{
+			TaskPath: example, Agent: "command", JudgeURL: "http://judge.sforge.test:8080",
+			AgentArgs: []string{"/bin/sh", "-c", "grep judge.sforge.test /etc/hosts && timeout 10 wget -q -O - --post-data pinned http://judge.sforge.test:8080/submit"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		api, err := docker.NewClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		rep, err := launcher.Launch(context.Background(), docker.New(api), p, launcher.Options{
+			Resolver: staticResolver{"judge.sforge.test": judgeAddr}, Stdout: &out, Stderr: &out,
+		})
+		if err != nil || rep.ExitCode == nil || *rep.ExitCode != 0 {
+			t.Fatalf("err %v report %+v\n%s", err, rep, out.String())
+		}
+		if !strings.Contains(out.String(), "198.51.100.10\tjudge.sforge.test") || !strings.Contains(out.String(), "judge: received 6 bytes") {
+			t.Fatalf("output:\n%s", out.String())
+		}
+		e.requireNoContainers(t)
+	})
+}
+
+type staticResolver map[string]netip.Addr
+
+func (r staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return []netip.Addr{a}, nil
+	}
+	return nil, errors.New("no such host")
+}

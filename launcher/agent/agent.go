@@ -1,0 +1,155 @@
+// Package agent describes the AI coding agents sforge can run: for each, the
+// API base URL it talks to by default, the environment variable that points
+// it at another base URL (a `sforge proxy`, a corporate gateway), the
+// command that runs it non-interactively with a query, and the variables
+// copied from the caller's environment (API keys).
+//
+// claude-code, codex and gemini-cli are built in; `command` is a generic
+// agent whose argv comes from the task or the command line; more profiles
+// come from a JSON file (see LoadConfig).
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// QueryPlaceholder in an argv element is replaced by the agent query.
+const QueryPlaceholder = "{query}"
+
+// Generic is the name of the agent whose argv is given by the task's
+// "command" field or after `--` on the command line.
+const Generic = "command"
+
+// Profile is one agent.
+type Profile struct {
+	Name string `json:"name"`
+	// APIBaseURL is the agent's default API endpoint; empty when it has
+	// none (the generic agent).
+	APIBaseURL string `json:"api_base_url,omitempty"`
+	// BaseURLEnv is the variable the agent reads its base URL from
+	// (ANTHROPIC_BASE_URL...); sforge sets it to the effective URL.
+	BaseURLEnv string `json:"base_url_env,omitempty"`
+	// Command is the argv; QueryPlaceholder inside an element is replaced
+	// by the query. The query is also always in SFORGE_AGENT_QUERY.
+	Command []string `json:"command"`
+	// Env is added to the agent's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// APIKeyHeader is the header the agent sends its key in; the
+	// in-process proxy (--api-proxy --api-key-env) puts the real key there.
+	APIKeyHeader string `json:"api_key_header,omitempty"`
+	// PassEnv names variables copied from the caller's environment when
+	// they are set there (API keys: never written into a task).
+	PassEnv []string `json:"pass_env,omitempty"`
+	// Source says where the profile came from: "built-in" or a file.
+	Source string `json:"source"`
+}
+
+// Argv returns the command with the query substituted.
+func (p Profile) Argv(query string) []string {
+	out := make([]string, len(p.Command))
+	for i, a := range p.Command {
+		out[i] = strings.ReplaceAll(a, QueryPlaceholder, query)
+	}
+	return out
+}
+
+// The built-in profiles. Each runs its agent non-interactively with
+// permission prompts off: nobody is there to answer them, and the Work
+// container (isolated or not) is the sandbox. Claude Code refuses
+// --dangerously-skip-permissions as root unless IS_SANDBOX=1 says it runs
+// in one, and the agent is root in its container.
+var builtins = map[string]Profile{
+	"claude-code": {
+		Name:         "claude-code",
+		APIBaseURL:   "https://api.anthropic.com",
+		BaseURLEnv:   "ANTHROPIC_BASE_URL",
+		Command:      []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
+		Env:          map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
+		APIKeyHeader: "X-Api-Key",
+		PassEnv:      []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
+	},
+	"codex": {
+		Name:       "codex",
+		APIBaseURL: "https://api.openai.com/v1",
+		BaseURLEnv: "OPENAI_BASE_URL",
+		// codex's own landlock/seccomp sandbox often cannot start inside a
+		// container; the container is the sandbox. The workspace need not
+		// be a git repository.
+		Command:      []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", QueryPlaceholder},
+		PassEnv:      []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
+		APIKeyHeader: "Authorization",
+	},
+	"gemini-cli": {
+		Name:         "gemini-cli",
+		APIBaseURL:   "https://generativelanguage.googleapis.com",
+		BaseURLEnv:   "GOOGLE_GEMINI_BASE_URL",
+		Command:      []string{"gemini", "--yolo", "-p", QueryPlaceholder},
+		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+		APIKeyHeader: "X-Goog-Api-Key",
+	},
+	Generic: {
+		Name: Generic,
+	},
+}
+
+func init() {
+	for name, p := range builtins {
+		p.Source = "built-in"
+		builtins[name] = p
+	}
+}
+
+// Builtins returns the built-in profiles.
+func Builtins() map[string]Profile { return clone(builtins) }
+
+func clone(m map[string]Profile) map[string]Profile {
+	out := make(map[string]Profile, len(m))
+	for k, p := range m {
+		p.Command = slices.Clone(p.Command)
+		p.Env = maps.Clone(p.Env)
+		p.PassEnv = slices.Clone(p.PassEnv)
+		out[k] = p
+	}
+	return out
+}
+
+// Registry is the set of known profiles.
+type Registry struct{ profiles map[string]Profile }
+
+// NewRegistry holds the built-ins plus extra profiles, which replace
+// built-ins of the same name.
+func NewRegistry(extra map[string]Profile) *Registry {
+	r := &Registry{profiles: Builtins()}
+	for k, p := range clone(extra) {
+		r.profiles[k] = p
+	}
+	return r
+}
+
+// Names lists the known agents, sorted.
+func (r *Registry) Names() []string { return slices.Sorted(maps.Keys(r.profiles)) }
+
+// Get finds a profile by name; the error lists the known ones.
+func (r *Registry) Get(name string) (Profile, error) {
+	if name == "" {
+		return Profile{}, fmt.Errorf("--agent is required (one of: %s)", strings.Join(r.Names(), ", "))
+	}
+	p, ok := r.profiles[name]
+	if !ok {
+		return Profile{}, fmt.Errorf("--agent %q: unknown agent (known: %s; add more with --agents-config)", name, strings.Join(r.Names(), ", "))
+	}
+	return clone(map[string]Profile{name: p})[name], nil
+}
+
+var (
+	namePattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	headerPattern  = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+)
+
+// ValidEnvName reports whether s can be an environment variable name.
+func ValidEnvName(s string) bool { return envNamePattern.MatchString(s) }

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+func TestBuiltins(t *testing.T) {
+	r := NewRegistry(nil)
+	want := map[string]struct{ url, env, bin string }{
+		"claude-code": {"https://api.anthropic.com", "ANTHROPIC_BASE_URL", "claude"},
+		"codex":       {"https://api.openai.com/v1", "OPENAI_BASE_URL", "codex"},
+		"gemini-cli":  {"https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL", "gemini"},
+	}
+	for name, w := range want {
+		p, err := r.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.APIBaseURL != w.url || p.BaseURLEnv != w.env || p.Command[0] != w.bin {
+			t.Errorf("%s: got %+v", name, p)
+		}
+		if _, err := policy.ParseTarget(name, p.APIBaseURL); err != nil {
+			t.Errorf("%s: default URL does not parse: %v", name, err)
+		}
+		argv := p.Argv("fix the bug")
+		if argv[len(argv)-1] != "fix the bug" {
+			t.Errorf("%s: query not last in %q", name, argv)
+		}
+	}
+	if got := r.Names(); !reflect.DeepEqual(got, []string{"claude-code", "codex", "command", "gemini-cli"}) {
+		t.Errorf("Names() = %v", got)
+	}
+	// Get returns a copy: changing it must not change the registry.
+	p, _ := r.Get("claude-code")
+	p.Command[0] = "evil"
+	p.Env["X"] = "y"
+	if q, _ := r.Get("claude-code"); q.Command[0] != "claude" || q.Env["X"] != "" {
+		t.Error("Get returned shared slices or maps")
+	}
+}
+
+func TestGetErrors(t *testing.T) {
+	r := NewRegistry(nil)
+	for _, tt := range []struct{ name, want string }{
+		{"", "--agent is required (one of: claude-code, codex, command, gemini-cli)"},
+		{"claude", `--agent "claude": unknown agent (known: claude-code, codex, command, gemini-cli; add more with --agents-config)`},
+	} {
+		if _, err := r.Get(tt.name); err == nil || err.Error() != tt.want {
+			t.Errorf("Get(%q) = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestArgvPlaceholderInsideElement(t *testing.T) {
+	p := Profile{Command: []string{"aider", "--message={query}", "--", "{query}"}}
+	got := p.Argv(`a "quoted"; $(rm -rf /) query`)
+	want := []string{"aider", `--message=a "quoted"; $(rm -rf /) query`, "--", `a "quoted"; $(rm -rf /) query`}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	data := `{"agents": {
+		"aider": {"api_base_url": "https://api.openai.com/v1", "base_url_env": "OPENAI_API_BASE",
+		          "command": ["aider", "--yes-always", "--message", "{query}"],
+		          "env": {"AIDER_CHECK_UPDATE": "false"}, "pass_env": ["OPENAI_API_KEY"]},
+		"claude-code": {"command": ["claude", "-p", "{query}"], "base_url_env": "ANTHROPIC_BASE_URL", "api_base_url": "https://api.anthropic.com"}
+	}}`
+	extra, err := ParseConfig("agents.json", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry(extra)
+	a, err := r.Get("aider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Profile{Name: "aider", APIBaseURL: "https://api.openai.com/v1", BaseURLEnv: "OPENAI_API_BASE",
+		Command: []string{"aider", "--yes-always", "--message", "{query}"}, Env: map[string]string{"AIDER_CHECK_UPDATE": "false"},
+		PassEnv: []string{"OPENAI_API_KEY"}, Source: "agents.json"}
+	if !reflect.DeepEqual(a, want) {
+		t.Fatalf("got %+v\nwant %+v", a, want)
+	}
+	c, _ := r.Get("claude-code")
+	if c.Source != "agents.json" || len(c.Command) != 3 {
+		t.Fatalf("a config profile must replace the built-in of the same name, got %+v", c)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct{ data, want string }{
+		{`[]`, `agents.json: want an object, got a JSON array`},
+		{`{"agents": {"x": {"command": ["x"]}}`, `agents.json: invalid JSON: unexpected end of input`},
+		{`{"agents": {"x": {"command": ["x"]}}} x`, `agents.json: unexpected data after the JSON object`},
+		{`{}`, `agents.json: field "agents": is required`},
+		{`{"agent": {}}`, `agents.json: field "agent": unknown field (the file has only: agents)`},
+		{`{"agents": {"x": {"command": ["x"], "cmd": ["y"]}}}`, `agents.json: field "agents.x.cmd": unknown field (a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header)`},
+		{`{"agents": {"x": {"command": "x"}}}`, `agents.json: field "agents.x.command": want an array of strings, got a JSON string`},
+		{`{"agents": {"x": {"command": ["x", 1]}}}`, `agents.json: field "agents.x.command": want a string, got a JSON number`},
+		{`{"agents": {"x": {"command": ["x"], "env": {"A": 1}}}}`, `agents.json: field "agents.x.env": want a string, got a JSON number`},
+		{`{"agents": {"x": {"command": ["x"], "api_base_url": 5}}}`, `agents.json: field "agents.x.api_base_url": want a string, got a JSON number`},
+		{`{"agents": {"x": {}}}`, `agents.json: field "agents.x.command": is required`},
+		{`{"agents": {"x": {"command": [""]}}}`, `agents.json: field "agents.x.command": is required`},
+		{`{"agents": {"X Y": {"command": ["x"]}}}`, `agents.json: field "agents.X Y": invalid agent name`},
+		{`{"agents": {"command": {"command": ["x"]}}}`, `agents.json: field "agents.command": "command" is the generic agent`},
+		{`{"agents": {"x": {"command": ["x"], "api_base_url": "ftp://h"}}}`, `agents.json: agents.x.api_base_url "ftp://h": has scheme "ftp" (allowed: http, https)`},
+		{`{"agents": {"x": {"command": ["x"], "api_base_url": "https://u:p@h"}}}`, `agents.json: agents.x.api_base_url "https://u:p@h": carries credentials`},
+		{`{"agents": {"x": {"command": ["x"], "base_url_env": "A-B"}}}`, `agents.json: field "agents.x.base_url_env": "A-B" is not a valid variable name`},
+		{`{"agents": {"x": {"command": ["x"], "env": {"1A": "v"}}}}`, `agents.json: field "agents.x.env.1A": is not a valid variable name`},
+		{`{"agents": {"x": {"command": ["x"], "api_key_header": "X Key"}}}`, `agents.json: field "agents.x.api_key_header": "X Key" is not a valid HTTP header name`},
+		{`{"agents": {"x": {"command": ["x"], "pass_env": ["OK", "NOT OK"]}}}`, `agents.json: field "agents.x.pass_env[1]": "NOT OK" is not a valid variable name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.data, func(t *testing.T) {
+			_, err := ParseConfig("agents.json", []byte(tt.data))
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Fatalf("error\n  %v\nwant prefix\n  %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.json")
+	if m, err := LoadConfig(missing, false); err != nil || m != nil {
+		t.Fatalf("missing default file: got %v, %v; want nothing", m, err)
+	}
+	if _, err := LoadConfig(missing, true); err == nil || !strings.Contains(err.Error(), "failed to read agents config: open "+missing+": no such file or directory") {
+		t.Fatalf("missing explicit file: %v", err)
+	}
+	good := filepath.Join(dir, "agents.json")
+	if err := os.WriteFile(good, []byte(`{"agents": {"x": {"command": ["x"]}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadConfig(good, true)
+	if err != nil || m["x"].Command[0] != "x" {
+		t.Fatalf("got %v, %v", m, err)
+	}
+}
+
+func TestDefaultConfigPath(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "/x/sforge/agents.json"},
+		{map[string]string{"HOME": "/h"}, "/h/.config/sforge/agents.json"},
+		{map[string]string{"XDG_CONFIG_HOME": "relative", "HOME": "/h"}, "/h/.config/sforge/agents.json"},
+		{map[string]string{}, ""},
+	} {
+		if got := DefaultConfigPath(env(tt.env)); got != tt.want {
+			t.Errorf("%v: got %q, want %q", tt.env, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package launcher
+
+import (
+	"context"
+	"io"
+	"net/netip"
+)
+
+// Backend runs one Plan on one target. A value is used for a single run:
+// Preflight, then Prepare, Start, Wait, and always Cleanup, which must undo
+// whatever the earlier steps created even when they failed halfway or
+// their context was cancelled.
+//
+// Launch calls Preflight only after every check that needs no daemon has
+// passed, so a bad flag never reaches the target; and it resolves the
+// allowlist between Preflight and Prepare, because some names (Docker's
+// host.docker.internal) are only known to the target.
+type Backend interface {
+	// Name is the --backend value ("docker", "k8s").
+	Name() string
+	// Check refuses plans this backend cannot honour. It does no I/O.
+	Check(p *Plan) error
+	// Preflight contacts the target without changing it: reachable,
+	// able to enforce isolation when p.Isolated (for Docker: the sforge
+	// runtime is registered), and what the workload sees of this host.
+	Preflight(ctx context.Context, p *Plan) (HostInfo, error)
+	// Prepare makes the task's image available, building it from the
+	// task's setup commands when needed, and returns its reference.
+	// Progress goes to progress.
+	Prepare(ctx context.Context, p *Plan, progress io.Writer) (image string, err error)
+	// Start creates and starts the workload with p.Image, attaching its
+	// output to stdout and stderr before the agent's first instruction.
+	Start(ctx context.Context, p *Plan, stdout, stderr io.Writer) error
+	// Wait blocks until the agent exits and returns its exit code, or
+	// returns ctx's error when ctx ends first (timeout, Ctrl-C); the
+	// workload may still run then, and Cleanup removes it.
+	Wait(ctx context.Context) (exitCode int, err error)
+	// Cleanup removes everything the run created. It is idempotent and
+	// gets a fresh, bounded context of its own.
+	Cleanup(ctx context.Context) error
+}
+
+// HostInfo is what Preflight learnt about how the workload sees this host.
+type HostInfo struct {
+	// Aliases are names the workload resolves to an address of this host
+	// (host.docker.internal on Docker). URLs that use them are resolved
+	// here instead of through DNS.
+	Aliases map[string]netip.Addr
+	// ProxyListen is where a proxy started by sforge (--api-proxy) must
+	// listen for the workload to reach it, ProxyHost the name the workload
+	// uses for it, and ProxyClients the networks the workload's requests
+	// come from (the proxy refuses anyone else). ProxyListen is invalid
+	// when the backend cannot host an in-process proxy.
+	ProxyListen  netip.Addr
+	ProxyHost    string
+	ProxyClients []netip.Prefix
+	// DNS are resolvers the workload must reach (Kubernetes); empty on
+	// Docker, where Judge and API names are pinned in /etc/hosts.
+	DNS []netip.Addr
+	// AllowlistForm says how the allowlist travels: "annotation" or
+	// "env" (Docker API < 1.43 drops annotations).
+	AllowlistForm string
+	// Details are shown in the report (API version, runtime path...).
+	Details map[string]string
+}

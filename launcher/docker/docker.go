@@ -1,0 +1,298 @@
+// Package docker is the launcher's Docker backend. It talks to the daemon
+// through the Docker Engine API client (never the docker CLI) and starts
+// isolated containers with the `sforge` runtime, which installs the
+// allowlist inside the container's network namespace before the agent
+// runs; everything is removed on exit, on error and on Ctrl-C.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+const (
+	// RuntimeName is the runtime `sforge install --docker` registers.
+	RuntimeName = "sforge"
+	// AnnotationMinAPI is the first API version whose HostConfig carries
+	// annotations to the runtime; older daemons (Debian's 20.10 is 1.41)
+	// silently drop them, so the allowlist goes in the environment there.
+	AnnotationMinAPI = "1.43"
+	// HostAlias is the name containers use for this host.
+	HostAlias = "host.docker.internal"
+
+	LabelTask     = "io.sforge.task"
+	LabelRun      = "io.sforge.run"
+	LabelIsolated = "io.sforge.isolated"
+)
+
+// Backend runs one plan on a Docker daemon.
+type Backend struct {
+	api API
+
+	mu         sync.Mutex
+	annotation bool   // the allowlist travels as an annotation
+	id         string // the container, once created
+	name       string // its name, for removal when create's answer was lost
+	hijacked   *types.HijackedResponse
+	copied     chan error
+	waitC      <-chan container.WaitResponse
+	waitErrC   <-chan error
+	waitCancel context.CancelFunc
+}
+
+var _ launcher.Backend = (*Backend)(nil)
+
+// New returns a backend over api.
+func New(api API) *Backend { return &Backend{api: api} }
+
+// Name implements launcher.Backend.
+func (b *Backend) Name() string { return "docker" }
+
+// Check implements launcher.Backend: every plan the launcher builds can
+// run on Docker.
+func (b *Backend) Check(*launcher.Plan) error { return nil }
+
+// Preflight checks that the daemon answers and, when the plan is
+// isolated, that the sforge runtime is registered: without it the
+// allowlist would be ignored, so the run must not start (fail closed).
+func (b *Backend) Preflight(ctx context.Context, p *launcher.Plan) (launcher.HostInfo, error) {
+	host := launcher.HostInfo{}
+	b.api.NegotiateAPIVersion(ctx)
+	info, err := b.api.Info(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return host, ctx.Err()
+		}
+		return host, fmt.Errorf("failed to reach the Docker daemon at %s: %v; start dockerd, or set DOCKER_HOST to the daemon to use", b.api.DaemonHost(), err)
+	}
+	if info.OSType != "" && info.OSType != "linux" {
+		return host, fmt.Errorf("the Docker daemon at %s runs %s containers; sforge isolates Linux containers only", b.api.DaemonHost(), info.OSType)
+	}
+	apiVersion := b.api.ClientVersion()
+	b.annotation = versions.GreaterThanOrEqualTo(apiVersion, AnnotationMinAPI)
+	host.AllowlistForm = "env"
+	if b.annotation {
+		host.AllowlistForm = "annotation"
+	}
+	host.Details = map[string]string{
+		"daemon":         b.api.DaemonHost(),
+		"api_version":    apiVersion,
+		"server_version": info.ServerVersion,
+	}
+	if p.Isolated {
+		rt, ok := info.Runtimes[RuntimeName]
+		if !ok {
+			return host, fmt.Errorf("the Docker daemon at %s has no %q runtime (it has: %s), so isolation cannot be enforced and the agent was not started; run `sforge install --docker` as root, then retry (or run with --enable-internet)",
+				b.api.DaemonHost(), RuntimeName, strings.Join(slices.Sorted(maps.Keys(info.Runtimes)), ", "))
+		}
+		host.Details["runtime"] = RuntimeName
+		host.Details["runtime_path"] = rt.Path
+	}
+	// What containers on the default bridge see of this host: the bridge
+	// gateway, which host.docker.internal (host-gateway) maps to.
+	if gw, subnet, ok := b.bridge(ctx); ok {
+		host.Aliases = map[string]netip.Addr{HostAlias: gw}
+		host.ProxyListen, host.ProxyHost = gw, HostAlias
+		host.ProxyClients = []netip.Prefix{subnet}
+		host.Details["bridge_gateway"] = gw.String()
+	}
+	return host, nil
+}
+
+func (b *Backend) bridge(ctx context.Context) (gw netip.Addr, subnet netip.Prefix, ok bool) {
+	n, err := b.api.NetworkInspect(ctx, "bridge", network.InspectOptions{})
+	if err != nil {
+		return gw, subnet, false
+	}
+	for _, c := range n.IPAM.Config {
+		s, err := netip.ParsePrefix(c.Subnet)
+		if err != nil || !s.Addr().Is4() {
+			continue
+		}
+		s = s.Masked()
+		g, err := netip.ParseAddr(c.Gateway)
+		if err != nil {
+			// The default bridge of a daemon started without --bip lists
+			// no gateway (20.10 does so); Docker's IPAM then gives the
+			// bridge the subnet's first address.
+			g = s.Addr().Next()
+		}
+		if g.Is4() && s.Contains(g) {
+			return g, s, true
+		}
+	}
+	return gw, subnet, false
+}
+
+// ContainerConfig builds the container's configuration for a plan; it is
+// exported for sforge verify, which must start its probe exactly as run
+// starts an agent.
+func ContainerConfig(p *launcher.Plan, annotation bool) (*container.Config, *container.HostConfig) {
+	env := p.EnvList()
+	hc := &container.HostConfig{
+		NetworkMode: network.NetworkDefault,
+	}
+	pinned := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(p.Hosts)) {
+		for _, a := range p.Hosts[name] {
+			hc.ExtraHosts = append(hc.ExtraHosts, name+":"+a.String())
+		}
+		pinned[name] = true
+	}
+	if !pinned[HostAlias] {
+		hc.ExtraHosts = append(hc.ExtraHosts, HostAlias+":host-gateway")
+	}
+	if p.Isolated {
+		hc.Runtime = RuntimeName
+		// AF_PACKET and raw sockets bypass netfilter.
+		hc.CapDrop = []string{"NET_RAW"}
+		if annotation {
+			hc.Annotations = map[string]string{policy.AnnotationKey: p.AllowlistValue}
+		} else {
+			env = append(env, policy.EnvAssignment(p.AllowlistValue))
+		}
+	}
+	cfg := &container.Config{
+		Image:        p.Image,
+		Entrypoint:   slices.Clone(p.Argv),
+		Env:          env,
+		AttachStdout: true,
+		AttachStderr: true,
+		Labels: map[string]string{
+			LabelTask:     p.Task.Name,
+			LabelRun:      p.Name,
+			LabelIsolated: fmt.Sprint(p.Isolated),
+		},
+	}
+	return cfg, hc
+}
+
+// Start creates the container, attaches to its output, registers the
+// wait for its exit and starts it, in that order, so that neither output
+// nor the exit status can be missed.
+func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, stderr io.Writer) error {
+	if p.Isolated && p.AllowlistValue == "" {
+		return errors.New("internal error: isolated plan without an allowlist; refusing to start")
+	}
+	cfg, hc := ContainerConfig(p, b.annotation)
+	b.mu.Lock()
+	b.name = p.Name
+	b.mu.Unlock()
+	created, err := b.api.ContainerCreate(ctx, cfg, hc, nil, nil, p.Name)
+	if err != nil {
+		return fmt.Errorf("failed to create container %s: %w", p.Name, err)
+	}
+	b.mu.Lock()
+	b.id = created.ID
+	b.mu.Unlock()
+
+	hj, err := b.api.ContainerAttach(ctx, created.ID, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fmt.Errorf("failed to attach to container %s: %w", p.Name, err)
+	}
+	copied := make(chan error, 1)
+	b.mu.Lock()
+	b.hijacked, b.copied = &hj, copied
+	b.mu.Unlock()
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		copied <- err
+	}()
+
+	// The wait outlives Start's context; Cleanup ends it.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.mu.Lock()
+	b.waitCancel = cancel
+	b.mu.Unlock()
+	b.waitC, b.waitErrC = b.api.ContainerWait(wctx, created.ID, container.WaitConditionNextExit)
+
+	if err := b.api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		if p.Isolated {
+			return fmt.Errorf("failed to start container %s (isolation is enforced by the %q runtime at start; the agent did not run): %w", p.Name, RuntimeName, err)
+		}
+		return fmt.Errorf("failed to start container %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Wait returns the agent's exit code once its container exits and its
+// output is drained, or ctx's error.
+func (b *Backend) Wait(ctx context.Context) (int, error) {
+	if b.waitC == nil {
+		return 0, errors.New("internal error: Wait before Start")
+	}
+	var code int
+	select {
+	case r := <-b.waitC:
+		if r.Error != nil && r.Error.Message != "" {
+			return 0, fmt.Errorf("failed to wait for container %s: %s", b.name, r.Error.Message)
+		}
+		code = int(r.StatusCode)
+	case err := <-b.waitErrC:
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, fmt.Errorf("failed to wait for container %s: %w", b.name, err)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	// The stream ends when the container's output closes; bound the wait
+	// in case a process the agent left behind still holds it open.
+	select {
+	case <-b.copied:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+	return code, nil
+}
+
+// Cleanup removes the container (killing it if it still runs). It is
+// idempotent; a container that is already gone is fine.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waitCancel != nil {
+		b.waitCancel()
+	}
+	if b.hijacked != nil {
+		b.hijacked.Close()
+		b.hijacked = nil
+	}
+	ref := b.id
+	if ref == "" {
+		// Create may have succeeded on the daemon while its answer was
+		// lost to a cancelled context: remove by name.
+		ref = b.name
+	}
+	var err error
+	if ref != "" {
+		err = b.api.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && cerrdefs.IsNotFound(err) {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("failed to remove container %s: %w", b.name, err)
+		} else {
+			b.id, b.name = "", ""
+		}
+	}
+	return errors.Join(err, b.api.Close())
+}

@@ -1,0 +1,245 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Exit codes of `sforge run` besides the agent's own.
+const (
+	ExitTimeout     = 124 // as coreutils timeout(1)
+	ExitInterrupted = 130 // 128 + SIGINT
+)
+
+// TimeoutError reports an agent stopped by its timeout.
+type TimeoutError struct {
+	Timeout time.Duration
+	Source  string
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("the agent did not finish within %s (timeout from %s); it was killed and its container removed", e.Timeout, e.Source)
+}
+
+// InterruptedError reports a run ended by SIGINT or SIGTERM.
+type InterruptedError struct{ Phase string }
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("interrupted during %s; everything the run created was removed", e.Phase)
+}
+
+// APIProxy is the in-process `sforge proxy` (package proxy). Serve returns
+// when ctx ends.
+type APIProxy interface {
+	Serve(ctx context.Context, ln net.Listener) error
+}
+
+// ProxyConfig is what Launch asks of the proxy: forward to Target, accept
+// only clients from AllowFrom.
+type ProxyConfig struct {
+	Target    string
+	AllowFrom []netip.Prefix
+	// APIKey, when set, is added upstream by the proxy; the container
+	// never holds it.
+	APIKey string
+	// APIKeyHeader is where the key goes (the agent profile's header;
+	// empty: the proxy's default for the target).
+	APIKeyHeader string
+	Log          io.Writer
+}
+
+// NewAPIProxyFunc builds the proxy; nil when this build has none.
+type NewAPIProxyFunc func(ProxyConfig) (APIProxy, error)
+
+// Options tune Launch; the zero value works except for the writers.
+type Options struct {
+	Resolver       policy.Resolver
+	ResolveTimeout time.Duration
+	// Stdout and Stderr receive the agent's output; Log receives sforge's
+	// own progress lines and the image build's output.
+	Stdout, Stderr, Log io.Writer
+	// NewAPIProxy serves --api-proxy.
+	NewAPIProxy NewAPIProxyFunc
+	// CleanupTimeout bounds Cleanup (default 60s).
+	CleanupTimeout time.Duration
+}
+
+// Launch runs a plan on a backend and always returns a report, also when
+// it fails. A nil error means the agent ran to its end; its exit code is
+// in the report. ctx ending (Ctrl-C) stops the run; Cleanup runs in every
+// case, under a fresh context.
+func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.CleanupTimeout <= 0 {
+		o.CleanupTimeout = 60 * time.Second
+	}
+	rep = newReport(p, b.Name())
+	began := time.Now()
+	phase := "checks"
+	var stopProxy func()
+
+	defer func() {
+		if stopProxy != nil {
+			stopProxy()
+		}
+		if err != nil && ctx.Err() != nil && !errors.As(err, new(*TimeoutError)) {
+			err = &InterruptedError{Phase: phase}
+		}
+		t0 := time.Now()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
+		defer cancel()
+		if cerr := b.Cleanup(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("failed to clean up: %w", cerr))
+		}
+		rep.Timings.Cleanup = ms(time.Since(t0))
+		rep.Timings.Total = ms(time.Since(began))
+		rep.finish(p, err)
+	}()
+
+	if err := b.Check(p); err != nil {
+		return rep, err
+	}
+
+	phase = "preflight"
+	t0 := time.Now()
+	host, err := b.Preflight(ctx, p)
+	rep.Timings.Preflight = ms(time.Since(t0))
+	if err != nil {
+		return rep, err
+	}
+	rep.setHost(host)
+
+	if p.APIProxy {
+		phase = "proxy start"
+		stopProxy, err = startProxy(ctx, p, host, o)
+		if err != nil {
+			return rep, err
+		}
+		rep.APIProxy = &ProxyReport{URL: p.APIBaseURL, Target: p.UpstreamAPIURL}
+		rep.APIBaseURL = p.APIBaseURL
+	}
+
+	phase = "resolve"
+	t0 = time.Now()
+	err = p.Resolve(ctx, o.Resolver, o.ResolveTimeout, host)
+	rep.Timings.Resolve = ms(time.Since(t0))
+	if err != nil {
+		return rep, err
+	}
+	rep.setAllowlist(p, host)
+	if p.Isolated {
+		fmt.Fprintf(o.Log, "sforge: network isolated (%s); allowed: %s\n", p.IsolationSource, p.AllowlistValue)
+	} else {
+		fmt.Fprintf(o.Log, "sforge: network open (%s)\n", p.IsolationSource)
+	}
+
+	phase = "image preparation"
+	t0 = time.Now()
+	p.Image, err = b.Prepare(ctx, p, o.Log)
+	rep.Timings.Build = ms(time.Since(t0))
+	rep.Image = p.Image
+	if err != nil {
+		return rep, err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if p.Timeout > 0 {
+		var c2 context.CancelFunc
+		runCtx, c2 = context.WithTimeoutCause(runCtx, p.Timeout, errTimeout)
+		defer c2()
+	}
+	timedOut := func() bool { return errors.Is(context.Cause(runCtx), errTimeout) && ctx.Err() == nil }
+
+	phase = "start"
+	fmt.Fprintf(o.Log, "sforge: starting agent %s in container %s\n", p.Agent.Name, p.Name)
+	t0 = time.Now()
+	err = b.Start(runCtx, p, o.Stdout, o.Stderr)
+	rep.Timings.Start = ms(time.Since(t0))
+	rep.Workload = p.Name
+	if err != nil {
+		if timedOut() {
+			return rep, &TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource}
+		}
+		return rep, err
+	}
+
+	phase = "run"
+	t0 = time.Now()
+	code, err := b.Wait(runCtx)
+	rep.Timings.Run = ms(time.Since(t0))
+	if err != nil {
+		if timedOut() {
+			return rep, &TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource}
+		}
+		return rep, err
+	}
+	rep.ExitCode = &code
+	return rep, nil
+}
+
+var errTimeout = errors.New("agent timeout")
+
+func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop func(), err error) {
+	if o.NewAPIProxy == nil {
+		return nil, errors.New("--api-proxy: this build has no in-process proxy yet; start `sforge proxy --target " + p.UpstreamAPIURL + " --port 9090` yourself and set " + EnvAPIBaseURL + "=http://host.docker.internal:9090")
+	}
+	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
+		return nil, errors.New("--api-proxy: the backend has no address where the workload can reach this host; run `sforge proxy` on an address it can reach and set " + EnvAPIBaseURL)
+	}
+	prox, err := o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, APIKey: p.proxyKey, APIKeyHeader: keyHeader(p), Log: o.Log})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the API proxy: %w", err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen for the API proxy on %s: %w", host.ProxyListen, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := p.UseProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := prox.Serve(pctx, ln); err != nil && pctx.Err() == nil {
+			fmt.Fprintf(o.Log, "sforge: API proxy stopped: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(o.Log, "sforge: API proxy on %s forwards to %s\n", ln.Addr(), p.UpstreamAPIURL)
+	return func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		ln.Close()
+	}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func keyHeader(p *Plan) string {
+	if p.proxyKey == "" {
+		return ""
+	}
+	return p.Agent.APIKeyHeader
+}

@@ -1,0 +1,451 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sforge-dev/netiso/launcher/agent"
+	"github.com/sforge-dev/netiso/launcher/task"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Environment variables sforge reads on the host.
+const (
+	// EnvAPIBaseURL overrides the agent profile's default API base URL.
+	EnvAPIBaseURL = "SFORGE_AGENT_API_BASE_URL"
+	// EnvHTTPProxy and EnvHTTPSProxy are injected into the container as
+	// HTTP_PROXY / HTTPS_PROXY when the network is open; they cannot be
+	// combined with isolation.
+	EnvHTTPProxy  = "SFORGE_HTTP_PROXY"
+	EnvHTTPSProxy = "SFORGE_HTTPS_PROXY"
+)
+
+// Environment variables sforge sets in the container.
+const (
+	EnvAgentQuery = "SFORGE_AGENT_QUERY"
+	EnvJudgeURL   = "SFORGE_JUDGE_URL"
+)
+
+// NetworkNotice is added to the agent's query when the network is
+// isolated, so that the agent does not waste its run trying to download.
+const NetworkNotice = "Network access is restricted: only the Judge server and the AI API are reachable; all dependencies are preinstalled; do not try to download anything."
+
+// Request is what the user asked for: the flags of `sforge run` and the
+// caller's environment.
+type Request struct {
+	TaskPath        string
+	Agent           string
+	AgentsConfig    string   // --agents-config; empty: the default location
+	AgentArgs       []string // after `--`: the argv of the command agent
+	EnableInternet  bool
+	DisableInternet bool
+	Backend         string
+	JudgeURL        string
+	APIProxy        bool
+	// APIKeyEnv names the variable holding the API key the in-process
+	// proxy adds upstream (--api-key-env); it is kept out of the container.
+	APIKeyEnv string
+	Timeout   time.Duration // --timeout; zero: the task's
+	Env       []string      // --env KEY=VALUE or KEY (copied from the caller)
+	// LookupEnv reads the caller's environment; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Plan is everything a backend needs to run one agent, computed before
+// any daemon is contacted; Resolve and Prepare fill in the rest.
+type Plan struct {
+	// Name is the workload's name: sforge-<task>-<random>.
+	Name  string
+	Task  *task.Task
+	Agent agent.Profile
+
+	// Isolated is true when the network is restricted to the allowlist;
+	// IsolationSource says which rule of the precedence decided it.
+	Isolated        bool
+	IsolationSource string
+
+	// JudgeURL is the Judge's URL as given ("" when none).
+	JudgeURL string
+	// APIBaseURL is the URL the agent is pointed at: its default, the
+	// SFORGE_AGENT_API_BASE_URL override, or the in-process proxy.
+	APIBaseURL string
+	// APIProxy asks for the in-process API proxy in front of
+	// UpstreamAPIURL; APIBaseURL then points at the proxy.
+	APIProxy       bool
+	UpstreamAPIURL string
+
+	// Query is the agent's query, with NetworkNotice when isolated.
+	Query string
+	// Argv runs the agent.
+	Argv []string
+	// Env is the agent's environment, without the allowlist (the backend
+	// attaches it in the form its target understands).
+	Env map[string]string
+
+	// Timeout bounds the agent's run (zero: none); TimeoutSource says
+	// where it came from, for the error message.
+	Timeout       time.Duration
+	TimeoutSource string
+
+	// Filled by Resolve when isolated: the canonical allowlist and its
+	// encoded value, and the names pinned in the workload's /etc/hosts.
+	Allowlist      policy.Allowlist
+	AllowlistValue string
+	Hosts          map[string][]netip.Addr
+
+	// Image is filled by Prepare.
+	Image string
+
+	judge, api *policy.Target
+	proxyKey   string
+}
+
+// UsageError is a mistake on the command line; the CLI exits with 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, args ...any) error { return &UsageError{Msg: fmt.Sprintf(format, args...)} }
+
+// Isolation applies the precedence --enable-internet > --disable-internet >
+// task "internet" > default (internet on). It returns whether the network
+// is isolated and which rule decided.
+func Isolation(enable, disable bool, taskInternet *bool) (isolated bool, source string, err error) {
+	switch {
+	case enable && disable:
+		return false, "", usagef("--enable-internet and --disable-internet cannot be used together: pass one of them")
+	case enable:
+		return false, "--enable-internet", nil
+	case disable:
+		return true, "--disable-internet", nil
+	case taskInternet != nil && !*taskInternet:
+		return true, `task "internet": false`, nil
+	case taskInternet != nil:
+		return false, `task "internet": true`, nil
+	}
+	return false, "default (internet on)", nil
+}
+
+// proxyAdvice is the seed's advice for API access through a corporate
+// proxy, in one line.
+func proxyAdvice(v string) string {
+	return fmt.Sprintf("%s is set, but injecting an HTTP proxy into the Work container cannot be combined with network isolation. "+
+		"If the AI API must be reached through a proxy, start `sforge proxy --target <API URL> --port 9090` on the host "+
+		"(it honours HTTPS_PROXY/HTTP_PROXY/NO_PROXY itself) and set %s=http://host.docker.internal:9090, "+
+		"or pass --api-proxy; only that proxy is then allowed. Otherwise unset %s, or run with --enable-internet", v, EnvAPIBaseURL, v)
+}
+
+// NewPlan checks a request and builds the plan. It reads the task and the
+// agents config but contacts no daemon and resolves no name, so every
+// mistake it can find is reported before anything is started.
+func NewPlan(req Request) (*Plan, error) {
+	lookup := req.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	getenv := func(k string) string { v, _ := lookup(k); return v }
+
+	// Flags that are wrong whatever the task says come first.
+	if req.EnableInternet && req.DisableInternet {
+		_, _, err := Isolation(true, true, nil)
+		return nil, err
+	}
+	if req.Timeout < 0 {
+		return nil, usagef("--timeout must be positive, got %s", req.Timeout)
+	}
+
+	t, err := task.Load(req.TaskPath)
+	if err != nil {
+		return nil, err
+	}
+	cfgPath, explicit := req.AgentsConfig, req.AgentsConfig != ""
+	if !explicit {
+		cfgPath = agent.DefaultConfigPath(getenv)
+	}
+	extra, err := agent.LoadConfig(cfgPath, explicit)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := agent.NewRegistry(extra).Get(req.Agent)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+
+	p := &Plan{Task: t, Agent: prof, APIProxy: req.APIProxy}
+	p.Isolated, p.IsolationSource, err = Isolation(req.EnableInternet, req.DisableInternet, t.Internet)
+	if err != nil {
+		return nil, err
+	}
+
+	// The agent's argv.
+	switch {
+	case prof.Name == agent.Generic && len(req.AgentArgs) > 0:
+		p.Argv = slices.Clone(req.AgentArgs)
+	case prof.Name == agent.Generic && len(t.Command) > 0:
+		p.Argv = slices.Clone(t.Command)
+	case prof.Name == agent.Generic:
+		return nil, usagef(`--agent command needs a command: give the task a "command" field, or put it after --, e.g. sforge run --task T --agent command -- /bin/sh -c 'echo "$SFORGE_AGENT_QUERY"'`)
+	case len(req.AgentArgs) > 0:
+		return nil, usagef("arguments after -- (%q) are only for --agent command; agent %q runs %q", req.AgentArgs, prof.Name, prof.Command)
+	default:
+		p.Argv = prof.Command
+	}
+
+	// Proxies injected into the container and isolation exclude each
+	// other (seed: use `sforge proxy` instead).
+	if p.Isolated {
+		for _, v := range []string{EnvHTTPSProxy, EnvHTTPProxy} {
+			if getenv(v) != "" {
+				return nil, errors.New(proxyAdvice(v))
+			}
+		}
+	}
+
+	// The Judge.
+	if req.JudgeURL != "" {
+		jt, err := policy.ParseTarget("--judge-url", req.JudgeURL)
+		if err != nil {
+			return nil, err
+		}
+		if jt.IsLoopback() {
+			return nil, usagef("--judge-url %q: %s is this machine's loopback, which a container cannot reach; use an address the container can reach, such as http://host.docker.internal:%d (this host, seen from Docker) or the host's LAN address", req.JudgeURL, jt.Host, jt.Port)
+		}
+		p.JudgeURL, p.judge = req.JudgeURL, &jt
+	} else if p.Isolated {
+		return nil, usagef("--judge-url is required when the network is isolated (decided by %s): the Judge is one of the two destinations the agent may reach, e.g. --judge-url http://10.0.0.12:8080", p.IsolationSource)
+	}
+
+	// The agent's API.
+	apiURL, apiSource := prof.APIBaseURL, fmt.Sprintf("agent %q default API URL", prof.Name)
+	if v := getenv(EnvAPIBaseURL); v != "" {
+		apiURL, apiSource = v, EnvAPIBaseURL
+	}
+	if apiURL != "" {
+		at, err := policy.ParseTarget(apiSource, apiURL)
+		if err != nil {
+			return nil, err
+		}
+		// With --api-proxy the upstream is reached from this host, where
+		// loopback is fine; only the container's own targets must not be.
+		if at.IsLoopback() && !req.APIProxy {
+			return nil, usagef("%s %q: %s is this machine's loopback, which a container cannot reach; for a `sforge proxy` on this host use http://host.docker.internal:%d, or pass --api-proxy", apiSource, apiURL, at.Host, at.Port)
+		}
+		p.APIBaseURL, p.api = apiURL, &at
+	}
+	if p.APIProxy {
+		if p.api == nil {
+			return nil, usagef("--api-proxy: agent %q has no API URL to proxy; set %s to the API's URL", prof.Name, EnvAPIBaseURL)
+		}
+		// The proxy takes the API's place: the agent is pointed at it
+		// once the backend tells where it can listen.
+		p.UpstreamAPIURL, p.APIBaseURL, p.api = apiURL, "", nil
+	}
+	if req.APIKeyEnv != "" {
+		if !p.APIProxy {
+			return nil, usagef("--api-key-env needs --api-proxy: the key is added by the in-process proxy, so that the container never holds it")
+		}
+		if !agent.ValidEnvName(req.APIKeyEnv) {
+			return nil, usagef("--api-key-env %q: not a valid variable name", req.APIKeyEnv)
+		}
+		key, ok := lookup(req.APIKeyEnv)
+		if !ok || key == "" {
+			return nil, usagef("--api-key-env %s: %s is not set in this environment", req.APIKeyEnv, req.APIKeyEnv)
+		}
+		p.proxyKey = key
+	}
+
+	// Timeout: the flag wins over the task.
+	switch {
+	case req.Timeout > 0:
+		p.Timeout, p.TimeoutSource = req.Timeout, "--timeout"
+	case t.Timeout > 0:
+		p.Timeout, p.TimeoutSource = t.Timeout, fmt.Sprintf("%q in %s", "timeout", t.Path)
+	}
+
+	p.Query = t.AgentQuery
+	if p.Isolated {
+		p.Query = strings.TrimRight(p.Query, "\n") + "\n\n" + NetworkNotice
+	}
+	p.Argv = agent.Profile{Command: p.Argv}.Argv(p.Query)
+
+	if err := p.buildEnv(req.Env, lookup); err != nil {
+		return nil, err
+	}
+	if req.APIKeyEnv != "" {
+		// The proxy holds the key; the agent gets none.
+		delete(p.Env, req.APIKeyEnv)
+	}
+	p.Name = workloadName(t.Name)
+	return p, nil
+}
+
+// buildEnv assembles the agent's environment. Later layers win: profile
+// env, variables the profile copies from the caller (API keys), the task's
+// env, --env; then what sforge owns, which no layer may set.
+func (p *Plan) buildEnv(flags []string, lookup func(string) (string, bool)) error {
+	env := map[string]string{}
+	origin := map[string]string{}
+	set := func(k, v, from string) { env[k], origin[k] = v, from }
+	for k, v := range p.Agent.Env {
+		set(k, v, fmt.Sprintf("agent profile %q", p.Agent.Name))
+	}
+	for _, k := range p.Agent.PassEnv {
+		if v, ok := lookup(k); ok {
+			set(k, v, "the caller's environment")
+		}
+	}
+	for k, v := range p.Task.Env {
+		set(k, v, p.Task.Path)
+	}
+	for _, kv := range flags {
+		k, v, hasValue := strings.Cut(kv, "=")
+		if !agent.ValidEnvName(k) {
+			return usagef("--env %q: want NAME=VALUE or NAME, with NAME made of letters, digits and '_'", kv)
+		}
+		if slices.Contains(task.ReservedEnv, k) {
+			return usagef("--env %s: set by sforge itself and cannot be overridden", k)
+		}
+		if !hasValue {
+			var ok bool
+			if v, ok = lookup(k); !ok {
+				return usagef("--env %s: %s is not set in this environment (use --env %s=VALUE)", k, k, k)
+			}
+		}
+		set(k, v, "--env")
+	}
+	if p.Agent.BaseURLEnv != "" {
+		if from, ok := origin[p.Agent.BaseURLEnv]; ok {
+			return usagef("%s is set by %s, but sforge sets it to the agent's API URL so that it matches the allowlist: set %s instead", p.Agent.BaseURLEnv, from, EnvAPIBaseURL)
+		}
+	}
+	if p.Isolated {
+		for k, from := range origin {
+			switch strings.ToUpper(k) {
+			case "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY":
+				return errors.New(proxyAdvice(k + " (from " + from + ")"))
+			}
+		}
+	} else {
+		if v, ok := lookup(EnvHTTPProxy); ok && v != "" {
+			set("HTTP_PROXY", v, EnvHTTPProxy)
+			set("http_proxy", v, EnvHTTPProxy)
+		}
+		if v, ok := lookup(EnvHTTPSProxy); ok && v != "" {
+			set("HTTPS_PROXY", v, EnvHTTPSProxy)
+			set("https_proxy", v, EnvHTTPSProxy)
+		}
+	}
+	env[EnvAgentQuery] = p.Query
+	if p.JudgeURL != "" {
+		env[EnvJudgeURL] = p.JudgeURL
+	}
+	p.Env = env
+	p.setAPIEnv()
+	return nil
+}
+
+func (p *Plan) setAPIEnv() {
+	if p.APIBaseURL == "" {
+		return
+	}
+	p.Env[EnvAPIBaseURL] = p.APIBaseURL
+	if p.Agent.BaseURLEnv != "" {
+		p.Env[p.Agent.BaseURLEnv] = p.APIBaseURL
+	}
+}
+
+// UseProxy points the agent at the in-process API proxy: url is what the
+// workload uses (http://host.docker.internal:PORT).
+func (p *Plan) UseProxy(url string) error {
+	t, err := policy.ParseTarget("--api-proxy", url)
+	if err != nil {
+		return err
+	}
+	p.APIBaseURL, p.api = url, &t
+	p.setAPIEnv()
+	return nil
+}
+
+// EnvList is Env as sorted NAME=VALUE strings.
+func (p *Plan) EnvList() []string {
+	out := make([]string, 0, len(p.Env))
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		out = append(out, k+"="+p.Env[k])
+	}
+	return out
+}
+
+// Targets are the destinations the allowlist is made of.
+func (p *Plan) Targets() []policy.Target {
+	var out []policy.Target
+	if p.judge != nil {
+		out = append(out, *p.judge)
+	}
+	if p.api != nil {
+		out = append(out, *p.api)
+	}
+	return out
+}
+
+// Resolve computes the allowlist when the plan is isolated: the Judge and
+// API hosts resolved to IPv4 now (names the backend knows, such as
+// host.docker.internal, to the address it gave), plus the resolvers the
+// backend needs. The resolved names are pinned in the workload's
+// /etc/hosts so that it needs no DNS.
+func (p *Plan) Resolve(ctx context.Context, r policy.Resolver, timeout time.Duration, host HostInfo) error {
+	if !p.Isolated {
+		return nil
+	}
+	if len(host.Aliases) > 0 {
+		r = aliasResolver{aliases: host.Aliases, next: r}
+	}
+	endpoints, resolved, err := policy.Resolve(ctx, r, timeout, p.Targets()...)
+	if err != nil {
+		return err
+	}
+	a, err := policy.Allowlist{Endpoints: endpoints, DNS: host.DNS, Action: policy.Reject}.Canonical()
+	if err != nil {
+		return fmt.Errorf("failed to build the allowlist: %w", err)
+	}
+	value, err := policy.Encode(a)
+	if err != nil {
+		return fmt.Errorf("failed to encode the allowlist: %w", err)
+	}
+	p.Allowlist, p.AllowlistValue, p.Hosts = a, value, resolved
+	return nil
+}
+
+type aliasResolver struct {
+	aliases map[string]netip.Addr
+	next    policy.Resolver
+}
+
+func (r aliasResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := r.aliases[strings.ToLower(host)]; ok {
+		return []netip.Addr{a}, nil
+	}
+	if r.next == nil {
+		return nil, fmt.Errorf("no resolver for %s", host)
+	}
+	return r.next.LookupNetIP(ctx, network, host)
+}
+
+// workloadName is sforge-<task>-<8 hex>: unique per run, recognisable in
+// `docker ps`, and valid as a container name.
+func workloadName(taskName string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	if len(taskName) > 40 {
+		taskName = taskName[:40]
+	}
+	return "sforge-" + taskName + "-" + hex.EncodeToString(b[:])
+}

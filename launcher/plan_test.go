@@ -1,0 +1,290 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+func writeTask(t testing.TB, json string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(json), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+const (
+	taskOpen     = `{"name":"t","image":"img:1","agent_query":"solve it"}`
+	taskIsolated = `{"name":"t","image":"img:1","agent_query":"solve it","internet":false}`
+	taskExplicit = `{"name":"t","image":"img:1","agent_query":"solve it","internet":true}`
+)
+
+// env builds a LookupEnv from pairs; XDG_CONFIG_HOME points at an empty
+// directory so that no agents.json of the machine running the tests leaks in.
+func env(t testing.TB, kv ...string) func(string) (string, bool) {
+	m := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestIsolationPrecedence(t *testing.T) {
+	f, tr := false, true
+	tests := []struct {
+		enable, disable bool
+		task            *bool
+		isolated        bool
+		source          string
+	}{
+		{false, false, nil, false, "default (internet on)"},
+		{false, false, &tr, false, `task "internet": true`},
+		{false, false, &f, true, `task "internet": false`},
+		{false, true, nil, true, "--disable-internet"},
+		{false, true, &tr, true, "--disable-internet"},
+		{true, false, &f, false, "--enable-internet"},
+		{true, false, nil, false, "--enable-internet"},
+	}
+	for _, tt := range tests {
+		iso, src, err := Isolation(tt.enable, tt.disable, tt.task)
+		if err != nil || iso != tt.isolated || src != tt.source {
+			t.Errorf("Isolation(%v, %v, %v) = %v, %q, %v; want %v, %q", tt.enable, tt.disable, tt.task, iso, src, err, tt.isolated, tt.source)
+		}
+	}
+	_, _, err := Isolation(true, true, &f)
+	var ue *UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--enable-internet and --disable-internet cannot be used together") {
+		t.Fatalf("both flags: %v", err)
+	}
+}
+
+func TestNewPlanIsolated(t *testing.T) {
+	dir := writeTask(t, taskIsolated)
+	p, err := NewPlan(Request{
+		TaskPath: dir, Agent: "claude-code", JudgeURL: "http://judge.example:8080",
+		LookupEnv: env(t, "ANTHROPIC_API_KEY", "sk-test", "OPENAI_API_KEY", "not-copied"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Isolated || p.IsolationSource != `task "internet": false` {
+		t.Fatalf("isolation: %v %q", p.Isolated, p.IsolationSource)
+	}
+	wantQuery := "solve it\n\n" + NetworkNotice
+	if p.Query != wantQuery {
+		t.Fatalf("query %q", p.Query)
+	}
+	if !reflect.DeepEqual(p.Argv, []string{"claude", "-p", "--dangerously-skip-permissions", wantQuery}) {
+		t.Fatalf("argv %q", p.Argv)
+	}
+	wantEnv := map[string]string{
+		"ANTHROPIC_API_KEY":         "sk-test",
+		"ANTHROPIC_BASE_URL":        "https://api.anthropic.com",
+		"SFORGE_AGENT_API_BASE_URL": "https://api.anthropic.com",
+		"SFORGE_AGENT_QUERY":        wantQuery,
+		"SFORGE_JUDGE_URL":          "http://judge.example:8080",
+		"IS_SANDBOX":                "1",
+		"DISABLE_AUTOUPDATER":       "1",
+	}
+	if !reflect.DeepEqual(p.Env, wantEnv) {
+		t.Fatalf("env\n got %v\nwant %v", p.Env, wantEnv)
+	}
+	if !strings.HasPrefix(p.Name, "sforge-t-") || len(p.Name) != len("sforge-t-")+8 {
+		t.Fatalf("name %q", p.Name)
+	}
+	var hosts []string
+	for _, tg := range p.Targets() {
+		hosts = append(hosts, tg.String())
+	}
+	if !reflect.DeepEqual(hosts, []string{"judge.example:8080", "api.anthropic.com:443"}) {
+		t.Fatalf("targets %v", hosts)
+	}
+}
+
+func TestNewPlanOpen(t *testing.T) {
+	dir := writeTask(t, taskIsolated)
+	p, err := NewPlan(Request{
+		TaskPath: dir, Agent: "codex", EnableInternet: true,
+		LookupEnv: env(t, EnvHTTPSProxy, "http://corp:3128", EnvAPIBaseURL, "https://gw.example/v1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Isolated || p.Query != "solve it" {
+		t.Fatalf("isolated=%v query=%q", p.Isolated, p.Query)
+	}
+	for k, v := range map[string]string{"HTTPS_PROXY": "http://corp:3128", "https_proxy": "http://corp:3128", "OPENAI_BASE_URL": "https://gw.example/v1"} {
+		if p.Env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, p.Env[k], v)
+		}
+	}
+	if _, ok := p.Env[EnvJudgeURL]; ok {
+		t.Error("no judge given, but SFORGE_JUDGE_URL set")
+	}
+}
+
+func TestNewPlanCommandAgent(t *testing.T) {
+	dir := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","command":["/probe","--query={query}"]}`)
+	p, err := NewPlan(Request{TaskPath: dir, Agent: "command", DisableInternet: true, JudgeURL: "http://10.0.0.12:8080", LookupEnv: env(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Argv, []string{"/probe", "--query=q\n\n" + NetworkNotice}) {
+		t.Fatalf("argv %q", p.Argv)
+	}
+	if len(p.Targets()) != 1 || p.APIBaseURL != "" {
+		t.Fatalf("the command agent has no API unless %s is set: %v %q", EnvAPIBaseURL, p.Targets(), p.APIBaseURL)
+	}
+	p, err = NewPlan(Request{TaskPath: dir, Agent: "command", AgentArgs: []string{"/bin/sh", "-c", "exit 3"}, LookupEnv: env(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Argv, []string{"/bin/sh", "-c", "exit 3"}) {
+		t.Fatalf("args after -- must win over the task's command: %q", p.Argv)
+	}
+}
+
+func TestNewPlanTimeout(t *testing.T) {
+	dir := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","timeout":"30m"}`)
+	p, err := NewPlan(Request{TaskPath: dir, Agent: "codex", LookupEnv: env(t)})
+	if err != nil || p.Timeout.String() != "30m0s" || !strings.Contains(p.TimeoutSource, "task.json") {
+		t.Fatalf("task timeout: %v %v %q", err, p.Timeout, p.TimeoutSource)
+	}
+	p, err = NewPlan(Request{TaskPath: dir, Agent: "codex", Timeout: 90e9, LookupEnv: env(t)})
+	if err != nil || p.Timeout.String() != "1m30s" || p.TimeoutSource != "--timeout" {
+		t.Fatalf("flag timeout: %v %v %q", err, p.Timeout, p.TimeoutSource)
+	}
+}
+
+func TestNewPlanErrors(t *testing.T) {
+	open := writeTask(t, taskOpen)
+	iso := writeTask(t, taskIsolated)
+	explicit := writeTask(t, taskExplicit)
+	withBaseEnv := writeTask(t, `{"name":"t","image":"i","agent_query":"q","env":{"ANTHROPIC_BASE_URL":"https://evil"}}`)
+	withProxyEnv := writeTask(t, `{"name":"t","image":"i","agent_query":"q","env":{"https_proxy":"http://corp:3128"}}`)
+	badCfg := filepath.Join(t.TempDir(), "agents.json")
+	if err := os.WriteFile(badCfg, []byte(`{"agents": {"x": {"command": "x"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	judge := "http://10.0.0.12:8080"
+	tests := []struct {
+		name string
+		req  Request
+		env  []string
+		want string
+	}{
+		{"both flags", Request{TaskPath: open, Agent: "codex", EnableInternet: true, DisableInternet: true}, nil,
+			"--enable-internet and --disable-internet cannot be used together"},
+		{"no task", Request{Agent: "codex"}, nil, "--task is required"},
+		{"bad task", Request{TaskPath: writeTask(t, `{"name":"t","image":"i","agent_query":"q","timeout":5}`), Agent: "codex"}, nil,
+			`task.json: field "timeout": want a duration like "30m", got 5`},
+		{"no agent", Request{TaskPath: open}, nil, "--agent is required (one of: claude-code, codex, command, gemini-cli)"},
+		{"unknown agent", Request{TaskPath: open, Agent: "gpt"}, nil, `--agent "gpt": unknown agent`},
+		{"bad agents config", Request{TaskPath: open, Agent: "codex", AgentsConfig: badCfg}, nil,
+			badCfg + `: field "agents.x.command": want an array of strings, got a JSON string`},
+		{"missing agents config", Request{TaskPath: open, Agent: "codex", AgentsConfig: badCfg + ".missing"}, nil,
+			"failed to read agents config: open " + badCfg + ".missing: no such file or directory"},
+		{"command agent without command", Request{TaskPath: open, Agent: "command"}, nil, "--agent command needs a command"},
+		{"args for a non-command agent", Request{TaskPath: open, Agent: "codex", AgentArgs: []string{"x"}}, nil,
+			`arguments after -- (["x"]) are only for --agent command`},
+		{"isolated without judge (flag)", Request{TaskPath: open, Agent: "codex", DisableInternet: true}, nil,
+			"--judge-url is required when the network is isolated (decided by --disable-internet)"},
+		{"isolated without judge (task)", Request{TaskPath: iso, Agent: "codex"}, nil,
+			`--judge-url is required when the network is isolated (decided by task "internet": false)`},
+		{"https proxy while isolated", Request{TaskPath: iso, Agent: "codex", JudgeURL: judge}, []string{EnvHTTPSProxy, "http://corp:3128"},
+			"SFORGE_HTTPS_PROXY is set, but injecting an HTTP proxy into the Work container cannot be combined with network isolation. If the AI API must be reached through a proxy, start `sforge proxy --target <API URL> --port 9090`"},
+		{"http proxy while isolated by flag", Request{TaskPath: explicit, Agent: "codex", JudgeURL: judge, DisableInternet: true}, []string{EnvHTTPProxy, "http://corp:3128"},
+			"SFORGE_HTTP_PROXY is set, but injecting an HTTP proxy"},
+		{"proxy in task env while isolated", Request{TaskPath: withProxyEnv, Agent: "codex", JudgeURL: judge, DisableInternet: true}, nil,
+			"https_proxy (from " + filepath.Join(withProxyEnv, "task.json") + ") is set, but injecting an HTTP proxy"},
+		{"bad judge scheme", Request{TaskPath: open, Agent: "codex", JudgeURL: "ftp://judge"}, nil, `--judge-url "ftp://judge": has scheme "ftp" (allowed: http, https)`},
+		{"judge without scheme", Request{TaskPath: iso, Agent: "codex", JudgeURL: "10.0.0.12:8080"}, nil, `--judge-url "10.0.0.12:8080": is not of the form http[s]://HOST[:PORT][/PATH]`},
+		{"judge ipv6", Request{TaskPath: iso, Agent: "codex", JudgeURL: "http://[2001:db8::1]:80"}, nil, `--judge-url "http://[2001:db8::1]:80": has an IPv6 host`},
+		{"judge bad port", Request{TaskPath: iso, Agent: "codex", JudgeURL: "http://judge:0"}, nil, `--judge-url "http://judge:0": has invalid port "0"`},
+		{"judge on loopback", Request{TaskPath: iso, Agent: "codex", JudgeURL: "http://127.0.0.1:8080"}, nil,
+			`--judge-url "http://127.0.0.1:8080": 127.0.0.1 is this machine's loopback, which a container cannot reach`},
+		{"judge localhost", Request{TaskPath: open, Agent: "codex", JudgeURL: "http://localhost:8080"}, nil, `localhost is this machine's loopback`},
+		{"bad api override", Request{TaskPath: iso, Agent: "codex", JudgeURL: judge}, []string{EnvAPIBaseURL, "https://user:pw@api.example"}, `SFORGE_AGENT_API_BASE_URL "https://user:pw@api.example": carries credentials`},
+		{"api override on loopback", Request{TaskPath: iso, Agent: "codex", JudgeURL: judge}, []string{EnvAPIBaseURL, "http://localhost:9090"},
+			`SFORGE_AGENT_API_BASE_URL "http://localhost:9090": localhost is this machine's loopback, which a container cannot reach; for a ` + "`sforge proxy`" + ` on this host use http://host.docker.internal:9090`},
+		{"api-proxy without API", Request{TaskPath: open, Agent: "command", AgentArgs: []string{"x"}, APIProxy: true}, nil, `--api-proxy: agent "command" has no API URL to proxy`},
+		{"task sets base url var", Request{TaskPath: withBaseEnv, Agent: "claude-code"}, nil,
+			"ANTHROPIC_BASE_URL is set by " + filepath.Join(withBaseEnv, "task.json") + ", but sforge sets it to the agent's API URL so that it matches the allowlist: set SFORGE_AGENT_API_BASE_URL instead"},
+		{"negative timeout", Request{TaskPath: open, Agent: "codex", Timeout: -1}, nil, "--timeout must be positive"},
+		{"bad --env", Request{TaskPath: open, Agent: "codex", Env: []string{"A B=1"}}, nil, `--env "A B=1": want NAME=VALUE or NAME`},
+		{"reserved --env", Request{TaskPath: open, Agent: "codex", Env: []string{"SFORGE_EGRESS=v1"}}, nil, "--env SFORGE_EGRESS: set by sforge itself"},
+		{"unset --env", Request{TaskPath: open, Agent: "codex", Env: []string{"NOT_SET_ANYWHERE"}}, nil, "--env NOT_SET_ANYWHERE: NOT_SET_ANYWHERE is not set in this environment"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.req.LookupEnv = env(t, tt.env...)
+			_, err := NewPlan(tt.req)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error\n  %v\nwant it to contain\n  %s", err, tt.want)
+			}
+		})
+	}
+}
+
+type fakeResolver map[string][]netip.Addr
+
+func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func TestResolve(t *testing.T) {
+	dir := writeTask(t, taskIsolated)
+	p, err := NewPlan(Request{TaskPath: dir, Agent: "claude-code", JudgeURL: "http://judge.example:8080",
+		LookupEnv: env(t, EnvAPIBaseURL, "http://host.docker.internal:9090")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fakeResolver{"judge.example": {netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8::10")}}
+	gw := netip.MustParseAddr("172.17.0.1")
+	if err := p.Resolve(context.Background(), r, 0, HostInfo{Aliases: map[string]netip.Addr{"host.docker.internal": gw}}); err != nil {
+		t.Fatal(err)
+	}
+	if p.AllowlistValue != "v1;tcp:172.17.0.1:9090;tcp:198.51.100.10:8080" {
+		t.Fatalf("allowlist %q", p.AllowlistValue)
+	}
+	want := map[string][]netip.Addr{"judge.example": {netip.MustParseAddr("198.51.100.10")}, "host.docker.internal": {gw}}
+	if !reflect.DeepEqual(p.Hosts, want) {
+		t.Fatalf("hosts %v", p.Hosts)
+	}
+	if _, err := policy.Decode(p.AllowlistValue); err != nil {
+		t.Fatal(err)
+	}
+
+	// A name that does not resolve is an error naming where it came from.
+	p2, _ := NewPlan(Request{TaskPath: dir, Agent: "codex", JudgeURL: "http://nowhere.example:80", LookupEnv: env(t)})
+	err = p2.Resolve(context.Background(), r, 0, HostInfo{})
+	if err == nil || !strings.HasPrefix(err.Error(), "--judge-url: cannot resolve nowhere.example") {
+		t.Fatalf("unresolvable judge: %v", err)
+	}
+
+	// Not isolated: nothing is resolved.
+	p3, _ := NewPlan(Request{TaskPath: dir, Agent: "codex", EnableInternet: true, JudgeURL: "http://nowhere.example:80", LookupEnv: env(t)})
+	if err := p3.Resolve(context.Background(), r, 0, HostInfo{}); err != nil || p3.AllowlistValue != "" {
+		t.Fatalf("open plan resolved: %v %q", err, p3.AllowlistValue)
+	}
+}
+
+func TestEnvList(t *testing.T) {
+	p := &Plan{Env: map[string]string{"B": "2", "A": "1=x"}}
+	if got := p.EnvList(); !slices.Equal(got, []string{"A=1=x", "B=2"}) {
+		t.Fatalf("%q", got)
+	}
+}

@@ -1,0 +1,171 @@
+package launcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Report is what `sforge run --report FILE` writes: what was allowed, where
+// it ran, how long each phase took and how it ended.
+type Report struct {
+	Task            string            `json:"task"`
+	Agent           string            `json:"agent"`
+	Backend         string            `json:"backend"`
+	BackendDetails  map[string]string `json:"backend_details,omitempty"`
+	Image           string            `json:"image,omitempty"`
+	Workload        string            `json:"workload,omitempty"`
+	Isolated        bool              `json:"isolated"`
+	IsolationSource string            `json:"isolation_source"`
+	JudgeURL        string            `json:"judge_url,omitempty"`
+	APIBaseURL      string            `json:"api_base_url,omitempty"`
+	APIProxy        *ProxyReport      `json:"api_proxy,omitempty"`
+	// Allowlist is the effective allowlist (nil when the network is open).
+	Allowlist *AllowlistReport `json:"allowlist,omitempty"`
+	// PinnedHosts are the names written into the workload's /etc/hosts.
+	PinnedHosts map[string][]string `json:"pinned_hosts,omitempty"`
+	Timeout     string              `json:"timeout,omitempty"`
+	StartedAt   time.Time           `json:"started_at"`
+	Timings     Timings             `json:"timings_ms"`
+	// Status is exited, timeout, interrupted or failed.
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// ProxyReport describes the in-process API proxy.
+type ProxyReport struct {
+	URL    string `json:"url"`
+	Target string `json:"target"`
+}
+
+// AllowlistReport is the allowlist as attached to the workload and as data.
+type AllowlistReport struct {
+	// Value is the canonical annotation value.
+	Value string `json:"value"`
+	// Form is how it was attached: "annotation" (sforge.io/egress) or
+	// "env" (SFORGE_EGRESS).
+	Form      string           `json:"form"`
+	Key       string           `json:"key"`
+	Endpoints []EndpointReport `json:"endpoints"`
+	DNS       []string         `json:"dns"`
+	Action    string           `json:"action"`
+}
+
+// EndpointReport is one allowed destination.
+type EndpointReport struct {
+	Proto       string `json:"proto"`
+	Destination string `json:"destination"`
+	Port        uint16 `json:"port"`
+}
+
+// Timings are in milliseconds.
+type Timings struct {
+	Preflight float64 `json:"preflight"`
+	Resolve   float64 `json:"resolve"`
+	Build     float64 `json:"build"`
+	Start     float64 `json:"start"`
+	Run       float64 `json:"run"`
+	Cleanup   float64 `json:"cleanup"`
+	Total     float64 `json:"total"`
+}
+
+func newReport(p *Plan, backend string) *Report {
+	r := &Report{
+		Task: p.Task.Name, Agent: p.Agent.Name, Backend: backend,
+		Isolated: p.Isolated, IsolationSource: p.IsolationSource,
+		JudgeURL: p.JudgeURL, APIBaseURL: p.APIBaseURL,
+		StartedAt: time.Now().UTC(),
+	}
+	if p.Timeout > 0 {
+		r.Timeout = p.Timeout.String()
+	}
+	return r
+}
+
+func (r *Report) setHost(h HostInfo) {
+	if len(h.Details) > 0 {
+		r.BackendDetails = maps.Clone(h.Details)
+	}
+}
+
+func (r *Report) setAllowlist(p *Plan, h HostInfo) {
+	if !p.Isolated {
+		return
+	}
+	a := &AllowlistReport{Value: p.AllowlistValue, Form: h.AllowlistForm, Action: string(p.Allowlist.Action), DNS: []string{}, Endpoints: []EndpointReport{}}
+	switch h.AllowlistForm {
+	case "env":
+		a.Key = "SFORGE_EGRESS"
+	default:
+		a.Key = "sforge.io/egress"
+	}
+	for _, e := range p.Allowlist.Endpoints {
+		a.Endpoints = append(a.Endpoints, EndpointReport{Proto: string(e.Proto), Destination: e.Destination(), Port: e.Port})
+	}
+	for _, d := range p.Allowlist.DNS {
+		a.DNS = append(a.DNS, d.String())
+	}
+	r.Allowlist = a
+	if len(p.Hosts) > 0 {
+		r.PinnedHosts = map[string][]string{}
+		for _, name := range slices.Sorted(maps.Keys(p.Hosts)) {
+			for _, addr := range p.Hosts[name] {
+				r.PinnedHosts[name] = append(r.PinnedHosts[name], addr.String())
+			}
+		}
+	}
+}
+
+func (r *Report) finish(p *Plan, err error) {
+	r.Image = p.Image
+	var te *TimeoutError
+	var ie *InterruptedError
+	switch {
+	case err == nil && r.ExitCode != nil:
+		r.Status = "exited"
+	case errors.As(err, &te):
+		r.Status = "timeout"
+	case errors.As(err, &ie):
+		r.Status = "interrupted"
+	default:
+		r.Status = "failed"
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+}
+
+// WriteReport writes the report as indented JSON, atomically (a reader
+// never sees half a file).
+func WriteReport(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("failed to encode report: %w", err)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".sforge-report-*")
+	if err != nil {
+		return fmt.Errorf("failed to write report: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("failed to write report: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("failed to write report: %w", err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return fmt.Errorf("failed to write report: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("failed to write report: %w", err)
+	}
+	return nil
+}
