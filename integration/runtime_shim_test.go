@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,11 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testcontainerd"
@@ -504,4 +507,88 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	regMustNotExist(t, filepath.Join(markers, "ran"), "killed shim")
+}
+
+// TestShimCreateConsoleSocket: `docker run -t` creates with
+// --console-socket, over which runc create hands the pty's master to its
+// caller; through the shim's child the hand-over is unchanged, and the
+// container's output arrives on that terminal.
+func TestShimCreateConsoleSocket(t *testing.T) {
+	s := newShimRuntime(t, engines.NFTables)
+	tp := testnet.New(t)
+	b := testbundle.New(t, testbundle.Options{NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
+		Edit: func(sp *specs.Spec) {
+			sp.Process.Terminal = true
+			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
+				Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}})
+		}})
+	sock := filepath.Join(t.TempDir(), "console.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	master := make(chan *os.File, 1)
+	go func() {
+		defer close(master)
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
+		_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			return
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			return
+		}
+		master <- os.NewFile(uintptr(fds[0]), "pty-master")
+	}()
+	id := "console"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := s.command(ctx, "create", "--bundle", b.Dir, "--pid-file", filepath.Join(b.Dir, "pid"), "--console-socket", sock, id).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(s.runcLogPath())
+		t.Fatalf("create: %v\n%s\n%s", err, out, log)
+	}
+	m := <-master
+	if m == nil {
+		t.Fatal("no pty master arrived on the console socket")
+	}
+	defer m.Close()
+	if err := nftables.New().Check(engine.Target{NetNS: tp.Container.Path(), ID: id}, mustDecode(t, "v1;tcp:198.51.100.10:8080")); err != nil {
+		t.Fatalf("rules after create: %v", err)
+	}
+	s.must(t, "start", id)
+	out := make(chan string, 1)
+	go func() {
+		var all []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(all, []byte(`"check":"marker"`)) {
+			n, err := m.Read(buf)
+			all = append(all, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		out <- string(all)
+	}()
+	select {
+	case got := <-out:
+		if !strings.Contains(got, `"check":"marker"`) {
+			t.Fatalf("terminal output %q", got)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no output on the terminal")
+	}
+	s.waitStopped(t, id)
+	s.must(t, "delete", id)
+	requireNoChains(t, tp.Container)
 }
