@@ -1,6 +1,7 @@
-// Command sforge-runtime wraps runc: it adds the sforge hooks to the spec of
-// containers that ask for network isolation, then execs runc. See package
-// shim.
+// Command sforge-runtime wraps runc: for a container that asks for network
+// isolation it runs runc create as its child and installs the rules in the
+// new container's network namespace before returning; everything else is
+// exec'd straight to runc. See package shim.
 package main
 
 import (
