@@ -102,6 +102,8 @@ func BenchmarkLifecycle(b *testing.B) {
 	shimBin, hookBin := filepath.Join(dir, "sforge-runtime"), filepath.Join(dir, "sforge-hook")
 	build(b, shimBin, "../cmd/sforge-runtime", "")
 	build(b, hookBin, "../cmd/sforge-hook", "")
+	wrapperBin := filepath.Join(dir, "exec-wrapper")
+	build(b, wrapperBin, "./cmd/exec-wrapper", "")
 	runc := testenv.RequireBinary(b, "runc")
 	busybox := testenv.RequireBinary(b, "busybox")
 	root := filepath.Join(dir, "runc")
@@ -178,6 +180,9 @@ func BenchmarkLifecycle(b *testing.B) {
 
 	g := "docker 20.10 spec, private netns (shim path)"
 	base := plain(g, docker, "", nil)
+	add(&lcContender{group: g, name: "Go exec wrapper (floor), no allowlist", base: base,
+		rt:     &lifecycle.Runtime{Binary: wrapperBin, Root: root, Env: append(slices.Clip(env), "SFORGE_BENCH_RUNC="+runc)},
+		bundle: newBundle(lifecycle.Options{Template: docker})})
 	{
 		rt, _ := shimRT(engines.Auto)
 		add(&lcContender{group: g, name: "sforge-runtime, no allowlist (pass-through)", base: base, rt: rt,
