@@ -303,3 +303,39 @@ func explain(err error) error {
 	}
 	return err
 }
+
+// Warm does the part of an install that needs no namespace, in the
+// calling process, and throws it away: it renders the rules for id and a,
+// encodes the batch (on a connection never flushed) and the expressions as
+// verify compares them, and opens and closes a netlink socket (a routing
+// one: closing a netfilter socket would run nf_tables' release handler
+// under the host namespace's commit lock). A short-lived process that will install soon (the
+// runtime shim, while runc creates the container) calls it so that the
+// install, which the container's start waits for, does not also pay for
+// the first use of this code in the process: about 0.15 ms of 1.5 here.
+// It changes no kernel state; it returns render's error.
+func Warm(id string, a policy.Allowlist) error {
+	p, err := render(id, a)
+	if err != nil {
+		return err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	c.CreateTable(p.table)
+	if err := queue(c, p); err != nil {
+		return err
+	}
+	for _, r := range p.rules {
+		for _, e := range r.exprs {
+			if _, err := marshalNormal(byte(p.table.Family), e); err != nil {
+				return err
+			}
+		}
+	}
+	if nc, err := netlink.Dial(unix.NETLINK_ROUTE, nil); err == nil {
+		_ = nc.Close()
+	}
+	return nil
+}
