@@ -58,6 +58,10 @@ type Engine struct {
 	ConfDir string
 	// Conflist is the file to edit; empty: the one the runtime loads.
 	Conflist string
+	// Required makes a missing chain an error for Check (doctor --cni);
+	// otherwise it is a warning, since a host with a CNI config (podman's)
+	// need not be a Kubernetes node.
+	Required bool
 }
 
 var _ installer.Engine = (*Engine)(nil)
@@ -340,7 +344,11 @@ func (e *Engine) Check(context.Context) []installer.Finding {
 		return append(out, installer.Finding{Check: check, Severity: installer.Error, Message: err.Error(), Fix: fix})
 	}
 	if !slices.ContainsFunc(plugins, isOurs) {
-		return append(out, installer.Finding{Check: check, Severity: installer.Error,
+		sev := installer.Warning
+		if e.Required {
+			sev = installer.Error
+		}
+		return append(out, installer.Finding{Check: check, Severity: sev,
 			Message: fmt.Sprintf("%s does not chain sforge-cni: Pods with the sforge.io/egress annotation are isolated only by their NetworkPolicy, if the cluster's CNI enforces it", path), Fix: fix})
 	}
 	out = append(out, installer.Finding{Check: check, Severity: installer.OK, Message: fmt.Sprintf("%s chains sforge-cni", path)})

@@ -102,7 +102,7 @@ func TestChainUnchain(t *testing.T) {
 func TestChainRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name, in, want string
-		is         error
+		is             error
 	}{
 		{"single conf", `{"cniVersion":"1.0.0","name":"n","type":"bridge"}`, "cannot chain plugins: convert it to a .conflist", ErrSingleConf},
 		{"no plugins key", `{"cniVersion":"1.0.0","name":"n"}`, `has no "plugins" list`, nil},
@@ -177,8 +177,12 @@ func TestEngine(t *testing.T) {
 	if !n.e.Present() {
 		t.Fatal("not present")
 	}
-	if s := n.severities(); s["cni chain"] != installer.Error {
+	if s := n.severities(); s["cni chain"] != installer.Warning {
 		t.Errorf("doctor before install: %v", s)
+	}
+	n.e.Required = true
+	if s := n.severities(); s["cni chain"] != installer.Error {
+		t.Errorf("doctor --cni before install: %v", s)
 	}
 
 	p := n.apply(t, installer.Install)
