@@ -19,6 +19,7 @@ import (
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testk8s"
+	"github.com/sforge-dev/netiso/k8s/admission"
 	"github.com/sforge-dev/netiso/k8s/netpol"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -27,7 +28,8 @@ import (
 // kube-apiserver + etcd. No kubelet runs, so the Work Pod never starts:
 // the run must create the NetworkPolicy and the Pod (checked while it
 // waits), end with the timeout error naming the Pod's phase, and delete
-// both. Ctrl-C and a kubeconfig without rights are checked the same way.
+// both. Ctrl-C and a kubeconfig without rights are checked the same way,
+// and `sforge install/uninstall --k8s-admission` against the same server.
 func TestK8sRun(t *testing.T) {
 	c := testk8s.Start(t, testk8s.Options{})
 	admin := c.Client(t, testk8s.Admin)
@@ -153,6 +155,51 @@ func TestK8sRun(t *testing.T) {
 			}
 		}
 		assertRunObjectsGone(t, admin, ns)
+	})
+
+	// Last: the admission policy is cluster-wide.
+	t.Run("admission install and uninstall", func(t *testing.T) {
+		sf := func(args ...string) string {
+			t.Helper()
+			cmd := exec.Command(sforge, append(args, "--k8s-admission", "--kubeconfig", c.Kubeconfig(testk8s.Admin), "--namespace", ns)...)
+			cmd.Env = []string{"HOME=" + home}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("sforge %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		if out := sf("install", "--dry-run"); !strings.Contains(out, "kind: ValidatingAdmissionPolicy") {
+			t.Errorf("dry run:\n%s", out)
+		}
+		if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(context.Background(), admission.Name, metav1.GetOptions{}); err == nil {
+			t.Fatal("dry run installed the policy")
+		}
+		out := sf("install")
+		if !strings.Contains(out, "enforced (a dry-run Pod with the annotation and NET_ADMIN was refused in namespace k8s-run)") {
+			t.Errorf("install output:\n%s", out)
+		}
+		netAdmin := func(name string) *corev1.Pod {
+			p := workPod(name, "v1;tcp:10.0.0.12:8080")
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+			return p
+		}
+		_, err := admin.CoreV1().Pods(ns).Create(context.Background(), netAdmin("net-admin"), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "sforge rule "+admission.RuleNoNetAdmin+":") {
+			t.Fatalf("annotated NET_ADMIN Pod after install: %v, want refused by our policy", err)
+		}
+		t.Logf("refused: %v", err)
+
+		sf("uninstall")
+		for range 80 {
+			if _, err = admin.CoreV1().Pods(ns).Create(context.Background(), netAdmin("net-admin"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("after uninstall the Pod is still refused: %v", err)
+		}
 	})
 
 	t.Run("loopback judge", func(t *testing.T) {
