@@ -351,6 +351,10 @@ func started(pod *corev1.Pod) (ok bool, state string, fatal bool) {
 			switch w.Reason {
 			case "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError":
 				fatal = true
+			case "ContainerCreating":
+				// Where a failing CNI ADD leaves a Pod (sforge-cni refuses
+				// a malformed allowlist or a failed install: fail closed).
+				state += "; if it stays there, `kubectl describe pod` shows why (FailedCreatePodSandBox: the CNI chain, sforge-cni included, refused the Pod)"
 			}
 			return false, state, fatal
 		}
@@ -478,9 +482,12 @@ func exitCode(pod *corev1.Pod) (int, bool) {
 	return 0, false
 }
 
-// Cleanup deletes the Pod, then the policy (the Pod first, so the agent
-// never runs without its policy). Objects already gone are fine; a name is
-// forgotten once its object is deleted, so a second call does nothing.
+// Cleanup deletes the Pod, then the policy. The Pod goes first; its
+// container may still take its short grace period to stop after the policy
+// is gone, but the sforge-cni rules live in the Pod's network namespace
+// until the sandbox is torn down, so the allowlist still holds then.
+// Objects already gone are fine; a name is forgotten once its object is
+// deleted, so a second call does nothing.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
