@@ -12,6 +12,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbundle"
+	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testnet"
 	"github.com/sforge-dev/netiso/policy"
@@ -189,4 +190,51 @@ func TestFaultNetNSGoneBeforePoststop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFaultDockerdRestart: `docker create` of an isolated container, the
+// private dockerd restarted, then `docker start`: the container starts
+// isolated (the runtime and the allowlist are part of the container's
+// stored config). If the runtime was unregistered across the restart, the
+// start fails: refused, never open.
+func TestFaultDockerdRestart(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	d := testdocker.Start(t, testdocker.Options{})
+	regWorld(t, d.NetNS)
+	env := []string{"DOCKER_HOST=" + d.Host}
+	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil {
+		t.Fatalf("sforge install --docker: %v\n%s", err, out)
+	}
+	const image = "sforge-test/fault:1"
+	d.ImportImage(t, image, regRootfs(t, prefix))
+	checks := map[string]bool{"tcp " + regJudgeTCP: true, "tcp " + regInternetTCP: false, "tcp " + regJudgeOther: false}
+	create := func(t *testing.T, name string) {
+		t.Helper()
+		args := append([]string{"create", "--name", name, "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, image, "/sforge-probe"}, regProbeArgs(checks)...)
+		d.MustDocker(t, args...)
+	}
+
+	t.Run("runtime still registered: isolated", func(t *testing.T) {
+		create(t, "c1")
+		d.Restart(t)
+		// The probe exits 1 because the forbidden checks fail, as they must.
+		out, _ := d.Docker(t.Context(), "start", "-a", "c1")
+		regExpect(t, out, checks)
+	})
+	t.Run("runtime gone after the restart: refused", func(t *testing.T) {
+		create(t, "c2")
+		if out, err := regSforge(t, prefix, env, "uninstall", "--docker", "--docker-config", d.ConfigFile); err != nil {
+			t.Fatalf("sforge uninstall: %v\n%s", err, out)
+		}
+		d.Restart(t)
+		out, err := d.Docker(t.Context(), "start", "-a", "c2")
+		if err == nil {
+			t.Fatalf("the container started without the sforge runtime:\n%s", out)
+		}
+		if strings.Contains(out, `"ok":true`) {
+			t.Fatalf("the probe ran:\n%s", out)
+		}
+		t.Logf("docker start refused: %s", strings.TrimSpace(out))
+	})
 }
