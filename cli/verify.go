@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/launcher/docker"
 	"github.com/sforge-dev/netiso/launcher/verify"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -29,7 +30,21 @@ type verifyOptions struct {
 }
 
 func newCmdVerify(s Streams) *cobra.Command {
-	return newCmdVerifyWith(s, defaultBackends, net.DefaultResolver)
+	return newCmdVerifyWith(s, verifyBackends, net.DefaultResolver)
+}
+
+// verifyBackends makes verify's backend. It is verify's own (run's
+// factory grows Kubernetes flags) and knows Docker only for now; the
+// Kubernetes backend joins here together with its verify.Diagnoser.
+func verifyBackends(name string) (launcher.Backend, error) {
+	if name != "docker" {
+		return nil, fmt.Errorf("--backend %q: sforge verify supports docker in this build", name)
+	}
+	api, err := docker.NewClient()
+	if err != nil {
+		return nil, fmt.Errorf("failed to create the Docker client: %w", err)
+	}
+	return docker.New(api), nil
 }
 
 func newCmdVerifyWith(s Streams, backends backendFactory, r policy.Resolver) *cobra.Command {
