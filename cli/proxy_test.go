@@ -43,7 +43,7 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--target", "https://api.anthropic.com"}, "--port is required (the port containers connect to, e.g. 9090)"},
 		{[]string{"--target", "ftp://x", "--port", "9090"}, `--target "ftp://x": has scheme "ftp" (allowed: http, https)`},
 		{[]string{"--target", "api.anthropic.com", "--port", "9090"}, `--target "api.anthropic.com": is not of the form http[s]://HOST[:PORT][/PATH]`},
-		{[]string{"--target", "https://k:s@api.anthropic.com", "--port", "9090"}, "carries credentials (user:password@); pass the API key with --api-key-env instead"},
+		{[]string{"--target", "https://k:s@api.anthropic.com", "--port", "9090"}, "carries credentials (user:password@); keep keys out of URLs"},
 		{[]string{"--target", "https://", "--port", "9090"}, `--target "https://": has no host`},
 		{[]string{"--target", "https://a/?key=1", "--port", "9090"}, "has a query or fragment"},
 		{[]string{"--target", "https://a", "--port", "0"}, "--port 0: want 1-65535"},

@@ -36,15 +36,16 @@ func (e *URLError) Error() string {
 
 var defaultPorts = map[string]uint16{"http": 80, "https": 443}
 
-// ParseTarget parses an http or https URL into the host and port the sandbox
-// must reach; the port defaults to 80 or 443 by scheme. Userinfo, other
-// schemes, empty hosts, IPv6 literals and invalid ports are refused.
-func ParseTarget(source, raw string) (Target, error) {
-	fail := func(format string, args ...any) (Target, error) {
-		return Target{}, &URLError{Source: source, URL: raw, Reason: fmt.Sprintf(format, args...)}
+// ParseHTTPURL performs the checks every URL sforge is given shares: an
+// http or https URL with a host, no credentials and a port in 1-65535.
+// It returns the parsed URL (scheme lowercased) and the effective port,
+// 80 or 443 by scheme when absent. Errors are *URLError naming source.
+func ParseHTTPURL(source, raw string) (*url.URL, uint16, error) {
+	fail := func(format string, args ...any) (*url.URL, uint16, error) {
+		return nil, 0, &URLError{Source: source, URL: raw, Reason: fmt.Sprintf(format, args...)}
 	}
 	if strings.TrimSpace(raw) == "" {
-		return fail("is empty (want a URL such as http://10.0.0.12:8080)")
+		return fail("is empty (want a URL such as http[s]://HOST[:PORT][/PATH])")
 	}
 	if raw != strings.TrimSpace(raw) {
 		return fail("has leading or trailing spaces")
@@ -60,22 +61,20 @@ func ParseTarget(source, raw string) (Target, error) {
 		}
 		return fail("is not a valid URL: %v", err)
 	}
-	scheme := strings.ToLower(u.Scheme)
-	defPort, ok := defaultPorts[scheme]
+	u.Scheme = strings.ToLower(u.Scheme)
+	port, ok := defaultPorts[u.Scheme]
 	if !ok {
 		return fail("has scheme %q (allowed: http, https)", u.Scheme)
 	}
-	if u.User != nil {
-		return fail("carries credentials (user:password@); pass them another way, for example `sforge proxy --api-key-env`")
+	if u.Opaque != "" {
+		return fail("is not of the form http[s]://HOST[:PORT][/PATH]")
 	}
-	host := u.Hostname()
-	if host == "" {
+	if u.User != nil {
+		return fail("carries credentials (user:password@); keep keys out of URLs: `sforge proxy --api-key-env` injects them")
+	}
+	if u.Hostname() == "" {
 		return fail("has no host")
 	}
-	if strings.Contains(u.Host, "[") {
-		return fail("has an IPv6 host; IPv6 is blocked inside the sandbox, use an IPv4 address or name")
-	}
-	port := defPort
 	if p := u.Port(); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)
 		if err != nil || n == 0 {
@@ -85,13 +84,32 @@ func ParseTarget(source, raw string) (Target, error) {
 	} else if strings.HasSuffix(u.Host, ":") {
 		return fail("has an empty port")
 	}
+	return u, port, nil
+}
+
+// ParseTarget parses an http or https URL into the host and port the sandbox
+// must reach; the port defaults to 80 or 443 by scheme. On top of
+// ParseHTTPURL's checks, IPv6 literals and malformed names are refused:
+// IPv6 is blocked inside the sandbox.
+func ParseTarget(source, raw string) (Target, error) {
+	u, port, err := ParseHTTPURL(source, raw)
+	if err != nil {
+		return Target{}, err
+	}
+	fail := func(format string, args ...any) (Target, error) {
+		return Target{}, &URLError{Source: source, URL: raw, Reason: fmt.Sprintf(format, args...)}
+	}
+	host := u.Hostname()
+	if strings.Contains(u.Host, "[") {
+		return fail("has an IPv6 host; IPv6 is blocked inside the sandbox, use an IPv4 address or name")
+	}
 	if addr, err := netip.ParseAddr(host); err == nil && !addr.Is4() {
 		return fail("has a non-IPv4 host %s", host)
 	}
 	if !validHostname(host) {
 		return fail("has invalid host %q", host)
 	}
-	return Target{Source: source, Scheme: scheme, Host: strings.ToLower(host), Port: port}, nil
+	return Target{Source: source, Scheme: u.Scheme, Host: strings.ToLower(host), Port: port}, nil
 }
 
 // validHostname accepts IPv4 literals and DNS names made of letters, digits,

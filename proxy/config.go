@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/sforge-dev/netiso/policy"
@@ -17,49 +16,12 @@ import (
 // --api-key-env, where it is never logged or shown to the container.
 // Errors are *policy.URLError naming source (the flag).
 func ParseTarget(source, raw string) (*url.URL, error) {
-	fail := func(format string, args ...any) (*url.URL, error) {
-		return nil, &policy.URLError{Source: source, URL: raw, Reason: fmt.Sprintf(format, args...)}
-	}
-	if strings.TrimSpace(raw) == "" {
-		return fail("is empty (want a URL such as https://api.anthropic.com)")
-	}
-	if raw != strings.TrimSpace(raw) {
-		return fail("has leading or trailing spaces")
-	}
-	if !strings.Contains(raw, "://") {
-		return fail("is not of the form http[s]://HOST[:PORT][/PATH]")
-	}
-	u, err := url.Parse(raw)
+	u, _, err := policy.ParseHTTPURL(source, raw)
 	if err != nil {
-		// url.Error repeats the URL; keep only its reason.
-		if ue, ok := err.(*url.Error); ok {
-			err = ue.Err
-		}
-		return fail("is not a valid URL: %v", err)
-	}
-	u.Scheme = strings.ToLower(u.Scheme)
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fail("has scheme %q (allowed: http, https)", u.Scheme)
-	}
-	if u.User != nil {
-		return fail("carries credentials (user:password@); pass the API key with --api-key-env instead")
-	}
-	if u.Hostname() == "" {
-		return fail("has no host")
-	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil || n == 0 {
-			return fail("has invalid port %q (want 1-65535)", p)
-		}
-	} else if strings.HasSuffix(u.Host, ":") {
-		return fail("has an empty port")
+		return nil, err
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return fail("has a query or fragment; give only scheme://HOST[:PORT][/PATH]")
-	}
-	if u.Opaque != "" {
-		return fail("is not of the form http[s]://HOST[:PORT][/PATH]")
+		return nil, &policy.URLError{Source: source, URL: raw, Reason: "has a query or fragment; give only scheme://HOST[:PORT][/PATH]"}
 	}
 	return u, nil
 }
