@@ -19,6 +19,9 @@ declare -A need=(
   [nginx]=nginx
   [squid]=squid
   [curl]=curl
+  # the test node's static pause (internal/testcluster, hack/k8s/pause.c)
+  [gcc]=gcc
+  [/usr/include/stdlib.h]=libc6-dev
 )
 
 missing=()

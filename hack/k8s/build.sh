@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control-plane binaries the integration tests run
-# (etcd, kube-apiserver, kube-controller-manager) from Go modules only, into
+# Builds the Kubernetes binaries the integration tests run (etcd,
+# kube-apiserver, kube-controller-manager, and the kubelet of the
+# single-node cluster in internal/testcluster) from Go modules only, into
 #   ${SFORGE_K8S_CACHE:-/var/cache/sforge/k8s}/v<KV>/bin
 # and skips everything when those binaries exist and the stamp matches.
 #
@@ -11,9 +12,11 @@
 # replaces each staging module by its published v0.<minor>.<patch> twin.
 #
 # GOCACHE/GOMODCACHE/GOFLAGS are left as the machine's so that CI reuses the
-# build cache across runs: a rebuild with a warm cache takes seconds, a cold one
-# ~10 min on 2 cores. A lock serialises concurrent callers (make test and a
-# test harness, or two worktrees sharing the cache).
+# build cache across runs: with a warm cache a rebuild takes seconds (a link
+# step per binary when the list below changes); a cold one takes ~20 min on 2
+# cores (the README's testing section has the measured figures). A lock
+# serialises concurrent callers (make test and a test harness, or two
+# worktrees sharing the cache).
 set -euo pipefail
 
 KV=${SFORGE_K8S_VERSION:-1.37.2}   # Kubernetes
@@ -22,9 +25,13 @@ SV=0.${KV#1.}                      # staging modules: k8s 1.37.2 -> v0.37.2
 
 # Kubernetes commands to build: <cmd dir>:<main file in k8s.io/kubernetes/cmd/<dir>>.
 # One line per binary; the stamp covers this list, so adding one rebuilds.
+# kube-scheduler: `sforge run --backend k8s` creates Pods as a user would,
+# without spec.nodeName, so the test node needs a scheduler.
 K8S_CMDS=(
   kube-apiserver:apiserver.go
   kube-controller-manager:controller-manager.go
+  kube-scheduler:scheduler.go
+  kubelet:kubelet.go
 )
 
 CACHE=${SFORGE_K8S_CACHE:-/var/cache/sforge/k8s}/v$KV
@@ -112,6 +119,7 @@ took "go build etcd v$EV" "$t"
 
 # The binaries must run before the stamp says they are good.
 "$BIN/kube-apiserver" --version
+"$BIN/kubelet" --version
 "$BIN/etcd" --version | sed -n 1p  # sed reads everything: head would SIGPIPE etcd and fail the pipefail
 stamp_want >"$CACHE/stamp"
 took "hack/k8s/build.sh total" "$t_all"

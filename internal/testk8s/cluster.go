@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,6 +72,9 @@ type Options struct {
 	// collector (owner references), service accounts and kube-root-ca.crt.
 	// Without it, PrepareNamespace creates the latter two by hand.
 	ControllerManager bool
+	// Scheduler also starts kube-scheduler, for Pods created without
+	// spec.nodeName (as `sforge run --backend k8s` creates them).
+	Scheduler bool
 	// Users are added to Admin and Limited.
 	Users []User
 	// ServingIPs are extra IP SANs of the serving certificate (a node IP).
@@ -80,6 +84,12 @@ type Options struct {
 	// ReadyTimeout bounds the wait for each component; default 3 minutes
 	// (two busy cores can make kube-apiserver's first start slow).
 	ReadyTimeout time.Duration
+	// NetNS, when set, is the path of a network namespace (for example
+	// /run/netns/NAME) every daemon runs in, so that its loopback
+	// addresses are that namespace's: a node's kubelet there reaches the
+	// API server and the API server reaches the kubelet. The test reaches
+	// them through DialContext, which Config uses.
+	NetNS string
 }
 
 // Cluster is a running control plane.
@@ -141,6 +151,9 @@ func Start(t testing.TB, o Options) *Cluster {
 			t.Fatal(err)
 		}
 	}
+	if o.Scheduler {
+		c.StartScheduler(t)
+	}
 	if o.ControllerManager {
 		c.StartControllerManager(t)
 	}
@@ -174,7 +187,7 @@ func (p *pki) dir() string { return filepath.Dir(p.caFile) }
 // printed if the test failed.
 func (c *Cluster) StartProcess(t testing.TB, name, path string, args ...string) *Process {
 	t.Helper()
-	p, err := startProcess(name, filepath.Join(c.Dir, "logs", name+".log"), path, args...)
+	p, err := startProcess(name, filepath.Join(c.Dir, "logs", name+".log"), c.opts.NetNS, path, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +256,7 @@ func (c *Cluster) startEtcd(t testing.TB) string {
 			// API server, fast on a shared VM disk.
 			"--unsafe-no-fsync", "--log-level", "warn")
 	}, func(ctx context.Context, _ []int) error {
-		body, err := httpGet(ctx, http.DefaultClient, url+"/health", "")
+		body, err := httpGet(ctx, &http.Client{Transport: &http.Transport{DialContext: c.DialContext}}, url+"/health", "")
 		if err != nil {
 			return err
 		}
@@ -258,7 +271,7 @@ func (c *Cluster) startEtcd(t testing.TB) string {
 func (c *Cluster) startAPIServer(t testing.TB, etcdURL string) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.CAData)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: c.DialContext}}
 	c.startRetrying(t, "kube-apiserver", 1, func(ports []int) *Process {
 		c.Server = "https://127.0.0.1:" + strconv.Itoa(ports[0])
 		args := []string{
@@ -315,6 +328,20 @@ func httpGet(ctx context.Context, hc *http.Client, url, token string) (string, e
 	return string(body), nil
 }
 
+// StartScheduler starts kube-scheduler against the cluster. It has no
+// readiness signal without a serving port; a Pod it cannot schedule stays
+// Pending, which the tests that need it notice.
+func (c *Cluster) StartScheduler(t testing.TB) {
+	t.Helper()
+	bin := filepath.Join(c.bin, "kube-scheduler")
+	st, err := os.Stat(bin)
+	testenv.Require(t, err == nil && st.Mode()&0o111 != 0,
+		fmt.Sprintf("kube-scheduler not built in %s: run `make k8s-bins` (hack/k8s/build.sh)", c.bin))
+	c.StartProcess(t, "kube-scheduler", bin,
+		"--kubeconfig", c.Kubeconfig(Admin),
+		"--leader-elect=false", "--secure-port", "0")
+}
+
 // StartControllerManager starts kube-controller-manager against the
 // cluster (garbage collector, service-account and root-CA publishers) and
 // waits until it has created the default ServiceAccount.
@@ -350,11 +377,38 @@ func (c *Cluster) Config(user string) *rest.Config {
 	if !ok {
 		panic("testk8s: unknown user " + user)
 	}
-	return &rest.Config{
+	cfg := &rest.Config{
 		Host:            c.Server,
 		BearerToken:     tok,
 		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData},
 	}
+	if c.opts.NetNS != "" {
+		cfg.Dial = c.DialContext
+	}
+	return cfg
+}
+
+// DialContext connects from the cluster's network namespace (Options.NetNS)
+// or, without one, from the test's.
+func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	if c.opts.NetNS == "" {
+		return d.DialContext(ctx, network, addr)
+	}
+	n, err := ns.GetNS(c.opts.NetNS)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open network namespace %s: %w", c.opts.NetNS, err)
+	}
+	defer n.Close()
+	var conn net.Conn
+	// The socket is made inside the namespace and stays there; the
+	// connection is then usable from any goroutine.
+	err = n.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
 }
 
 // Kubeconfig returns the path of a kubeconfig file for user.

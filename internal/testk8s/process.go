@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is a daemon the harness started: its own log file, stopped by
@@ -22,8 +24,9 @@ type Process struct {
 	waitErr error
 }
 
-// startProcess starts path with args, stdout and stderr going to logPath.
-func startProcess(name, logPath string, path string, args ...string) (*Process, error) {
+// startProcess starts path with args, stdout and stderr going to logPath,
+// inside the network namespace at netns when that is not empty.
+func startProcess(name, logPath, netns string, path string, args ...string) (*Process, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create log %s: %w", logPath, err)
@@ -40,6 +43,14 @@ func startProcess(name, logPath string, path string, args ...string) (*Process, 
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+		// The child inherits the network namespace of the thread that
+		// forks it; this thread is thrown away afterwards, so switching it
+		// leaks into nothing else.
+		if err := setNetNS(netns); err != nil {
+			f.Close()
+			started <- err
+			return
+		}
 		if err := cmd.Start(); err != nil {
 			f.Close()
 			started <- err
@@ -54,6 +65,21 @@ func startProcess(name, logPath string, path string, args ...string) (*Process, 
 		return nil, fmt.Errorf("failed to start %s: %w", name, err)
 	}
 	return p, nil
+}
+
+func setNetNS(path string) error {
+	if path == "" {
+		return nil
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("failed to open network namespace %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("failed to enter network namespace %s: %w", path, err)
+	}
+	return nil
 }
 
 // Exited reports whether the process has ended.
