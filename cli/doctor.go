@@ -166,6 +166,9 @@ func newCmdDoctor(s Streams) *cobra.Command {
   - the shim's settings (/etc/sforge/runtime.json) and that runc is found;
   - the rule engine in use: nftables (netlink) or iptables, as "engine" in
     runtime.json or $SFORGE_ENGINE forces it, else as auto picks it;
+  - on a Kubernetes node (a CNI config in --cni-conf-dir): that the config
+    the runtime loads chains sforge-cni and that the plugin is executable
+    (an error with --cni, a warning otherwise);
   - the iptables binaries (iptables, ip6tables and their -restore, for the
     nft and legacy backends);
   - kernel support: a throwaway network namespace is created and a small
@@ -186,6 +189,11 @@ Exits non-zero when something required is broken.`,
 		},
 	}
 	o.reg.addFlags(cmd)
+	// The node's CNI chain is reported whenever the node has a CNI config.
+	o.reg.withCNI = true
+	for _, f := range []string{"k8s-admission", "kubeconfig", "namespace"} {
+		_ = cmd.Flags().MarkHidden(f)
+	}
 	// Doctor changes nothing: the install-only flags would only confuse.
 	_ = cmd.Flags().MarkHidden("dry-run")
 	_ = cmd.Flags().MarkHidden("prefix")

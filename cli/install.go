@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sforge-dev/netiso/installer"
+	"github.com/sforge-dev/netiso/installer/cni"
 	"github.com/sforge-dev/netiso/installer/containerd"
 	"github.com/sforge-dev/netiso/installer/docker"
 	"github.com/sforge-dev/netiso/installer/hooksd"
@@ -25,6 +26,18 @@ type registerOptions struct {
 	dockerConfig                     string
 	containerdConfig                 string
 	hooksDirs                        []string
+
+	// Kubernetes: the CNI chain of a node, the admission policy of a
+	// cluster.
+	cni                   bool
+	cniBinDir, cniConfDir string
+	cniConflist           string
+	k8sAdmission          bool
+	kubeconfig            string
+	namespace             string
+	// withCNI adds the CNI engine with no flag (doctor looks at it when
+	// the node has a CNI config; install only when asked).
+	withCNI bool
 
 	// newEngines builds the engines; tests replace it.
 	newEngines func(o *registerOptions) []installer.Engine
@@ -44,6 +57,13 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.dockerConfig, "docker-config", docker.DefaultConfigPath, "Docker's daemon.json")
 	f.StringVar(&o.containerdConfig, "containerd-config", containerd.DefaultConfigPath, "containerd's config.toml")
 	f.StringSliceVar(&o.hooksDirs, "hooks-dir", hooksd.DefaultDirs, "OCI hooks directory for podman and CRI-O (repeatable)")
+	f.BoolVar(&o.cni, "cni", false, "Kubernetes node: copy sforge-cni to --cni-bin-dir and chain it into the node's CNI conflist")
+	f.StringVar(&o.cniBinDir, "cni-bin-dir", cni.DefaultBinDir, "CNI plugin directory")
+	f.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "CNI network config directory (the first config by name is the one the runtime loads)")
+	f.StringVar(&o.cniConflist, "cni-conflist", "", "the conflist to chain into (default: the one the runtime loads)")
+	f.BoolVar(&o.k8sAdmission, "k8s-admission", false, "Kubernetes cluster: the ValidatingAdmissionPolicy refusing annotated Pods with NET_ADMIN, NET_RAW, SYS_ADMIN, privileged or hostNetwork")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --k8s-admission: the kubeconfig (default $KUBECONFIG, else ~/.kube/config)")
+	f.StringVar(&o.namespace, "namespace", "", "with --k8s-admission: where install verifies the policy with a dry-run Pod (default: the kubeconfig's namespace)")
 }
 
 func (o *registerOptions) complete() error {
@@ -79,7 +99,14 @@ func (o *registerOptions) validate() error {
 		return nil
 	}
 	opts := installer.Options{Prefix: o.prefix}
-	for _, p := range []string{opts.RuntimePath(), opts.HookPath()} {
+	var need []string
+	if o.cni {
+		need = append(need, filepath.Join(o.prefix, "bin", cni.PluginType))
+	}
+	if o.runtimes() || !o.explicit() {
+		need = append(need, opts.RuntimePath(), opts.HookPath())
+	}
+	for _, p := range need {
 		if err := installer.Executable(p); err != nil {
 			return fmt.Errorf("invalid --prefix %s: %v; build and copy the binaries first (install.sh), or point --prefix at the directory above their bin/", o.prefix, err)
 		}
@@ -99,7 +126,7 @@ func (o *registerOptions) engines() []installer.Engine {
 		&containerd.Engine{Options: opts, ConfigPath: o.containerdConfig},
 	}
 	var runtimes []string
-	explicit := o.docker || o.containerd || o.podman || o.crio
+	explicit := o.explicit()
 	if o.podman || !explicit {
 		runtimes = append(runtimes, "podman")
 	}
@@ -108,6 +135,9 @@ func (o *registerOptions) engines() []installer.Engine {
 	}
 	if len(runtimes) > 0 {
 		all = append(all, &hooksd.Engine{Options: opts, Runtimes: runtimes, Dirs: o.hooksDirs})
+	}
+	if o.cni || o.withCNI {
+		all = append(all, &cni.Engine{Options: opts, BinDir: o.cniBinDir, ConfDir: o.cniConfDir, Conflist: o.cniConflist, Required: o.cni})
 	}
 	if !explicit {
 		return all
@@ -130,7 +160,10 @@ func (o *registerOptions) engines() []installer.Engine {
 	return out
 }
 
-func (o *registerOptions) explicit() bool { return o.docker || o.containerd || o.podman || o.crio }
+func (o *registerOptions) explicit() bool { return o.runtimes() || o.cni || o.k8sAdmission }
+
+// runtimes reports whether a container runtime flag was given.
+func (o *registerOptions) runtimes() bool { return o.docker || o.containerd || o.podman || o.crio }
 
 // run plans, prints and (unless dry-run) applies op on every selected
 // engine. One engine failing does not stop the others; the errors are
@@ -142,10 +175,18 @@ func (o *registerOptions) run(ctx context.Context, op installer.Op, w io.Writer)
 			selected = append(selected, e)
 		}
 	}
+	var errs []error
+	if o.k8sAdmission {
+		if err := o.admission(ctx, op, w); err != nil {
+			errs = append(errs, fmt.Errorf("k8s-admission: %w", err))
+		}
+		if len(selected) == 0 {
+			return errors.Join(errs...)
+		}
+	}
 	if len(selected) == 0 {
 		return errors.New("no container runtime found (docker, containerd, podman, crio): install one, or name it with --docker, --containerd, --podman or --crio")
 	}
-	var errs []error
 	for _, e := range selected {
 		p, err := e.Plan(op)
 		if err != nil {
@@ -198,13 +239,27 @@ SFORGE_EGRESS environment variable on Docker) is isolated:
   podman,     hooks.d files selected by the annotation
   CRI-O
 
+Kubernetes (not part of the default set, name them):
+
+  --cni            on each node: copy sforge-cni into --cni-bin-dir and chain
+                   it into the conflist the runtime loads (appended to
+                   "plugins", everything else kept); no restart needed
+  --k8s-admission  once per cluster: the ValidatingAdmissionPolicy that
+                   refuses annotated Pods adding NET_ADMIN/NET_RAW/SYS_ADMIN,
+                   privileged or with hostNetwork; verified with a dry-run Pod
+
 With no runtime flag, every runtime found on the host. Installing twice changes
 nothing the second time; sforge uninstall removes exactly what this added.`,
 		Example: `  # see what would change, change nothing
   sforge install --dry-run
 
   # Docker only, with the binaries in /usr/local/bin
-  sforge install --docker --prefix /usr/local`,
+  sforge install --docker --prefix /usr/local
+
+  # a Kubernetes node, then (once) the cluster
+  sforge install --cni --dry-run
+  sforge install --cni
+  sforge install --k8s-admission --kubeconfig ~/.kube/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(); err != nil {

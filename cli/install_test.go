@@ -244,3 +244,56 @@ func TestInstallCommandEndToEnd(t *testing.T) {
 		t.Fatalf("second uninstall:\n%s", out)
 	}
 }
+
+// --cni through the command line on a temporary node: dry run, install,
+// a second install, doctor, uninstall.
+func TestInstallCNICommand(t *testing.T) {
+	dir := t.TempDir()
+	prefix, bin, conf := filepath.Join(dir, "prefix"), filepath.Join(dir, "cni-bin"), filepath.Join(dir, "net.d")
+	for _, d := range []string{filepath.Join(prefix, "bin"), bin, conf} {
+		_ = os.MkdirAll(d, 0o755)
+	}
+	// Only the plugin: --cni alone does not need the runtime and hook.
+	_ = os.WriteFile(filepath.Join(prefix, "bin", "sforge-cni"), []byte("#!/bin/sh\n"), 0o755)
+	orig := `{"cniVersion":"1.0.0","name":"k8s","plugins":[{"type":"bridge","ipam":{"type":"host-local"}}]}`
+	conflist := filepath.Join(conf, "10-k8s.conflist")
+	_ = os.WriteFile(conflist, []byte(orig), 0o644)
+	run := func(cmd string, extra ...string) (string, error) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		root := NewRootCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errb})
+		args := []string{cmd, "--cni", "--cni-bin-dir", bin, "--cni-conf-dir", conf}
+		if cmd != "doctor" {
+			args = append(args, "--prefix", prefix)
+		}
+		root.SetArgs(append(args, extra...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	read := func() string { b, _ := os.ReadFile(conflist); return string(b) }
+
+	out, err := run("install", "--dry-run")
+	if err != nil || read() != orig || !strings.Contains(out, `+      "type": "sforge-cni",`) {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if out, err = run("install"); err != nil || !strings.Contains(out, "cni: chain sforge-cni into the network config") {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	if out, err = run("install"); err != nil || !strings.Contains(out, "cni: nothing to change") {
+		t.Fatalf("second install: %v\n%s", err, out)
+	}
+	out, _ = run("doctor")
+	if !strings.Contains(out, "[ok] cni chain: "+conflist+" chains sforge-cni") || !strings.Contains(out, "[ok] cni binary") {
+		t.Errorf("doctor:\n%s", out)
+	}
+	if out, err = run("uninstall"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if strings.Contains(read(), "sforge-cni") {
+		t.Errorf("still chained:\n%s", read())
+	}
+	out, _ = run("doctor")
+	if !strings.Contains(out, "[error] cni chain") || !strings.Contains(out, "fix: sforge install --cni") {
+		t.Errorf("doctor after uninstall:\n%s", out)
+	}
+}

@@ -43,6 +43,7 @@ vanish with it.`,
 	root.AddCommand(newCmdInstall(s), newCmdUninstall(s), newCmdDoctor(s))
 	root.AddCommand(newCmdProxy(s))
 	root.AddCommand(newCmdRun(s))
+	root.AddCommand(newCmdVerify(s))
 	return root
 }
 

@@ -7,13 +7,17 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	k8sclient "github.com/sforge-dev/netiso/k8s/client"
+	"github.com/sforge-dev/netiso/k8s/netpol"
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/launcher/docker"
+	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -28,16 +32,53 @@ var runSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 // after every check that needs no daemon has passed.
 type backendFactory func(name string) (launcher.Backend, error)
 
-func defaultBackends(name string) (launcher.Backend, error) {
-	switch name {
-	case "docker":
-		api, err := docker.NewClient()
-		if err != nil {
-			return nil, fmt.Errorf("failed to create the Docker client: %w", err)
-		}
-		return docker.New(api), nil
+// k8sFlags are the flags of the Kubernetes backend.
+type k8sFlags struct {
+	kubeconfig string
+	namespace  string
+	dnsTo      string
+}
+
+func (k *k8sFlags) set() []string {
+	var out []string
+	if k.kubeconfig != "" {
+		out = append(out, "--kubeconfig")
 	}
-	return nil, fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", name)
+	if k.namespace != "" {
+		out = append(out, "--namespace")
+	}
+	if k.dnsTo != "" {
+		out = append(out, "--dns-to")
+	}
+	return out
+}
+
+// backends returns the factory of the real backends, reading the
+// Kubernetes flags when it is called.
+func backends(k *k8sFlags) backendFactory {
+	return func(name string) (launcher.Backend, error) {
+		switch name {
+		case "docker":
+			api, err := docker.NewClient()
+			if err != nil {
+				return nil, fmt.Errorf("failed to create the Docker client: %w", err)
+			}
+			return docker.New(api), nil
+		case "k8s":
+			// Loading the kubeconfig contacts nothing; the backend's
+			// pre-flight is the first request.
+			l, err := k8sclient.Load(k8sclient.Options{Kubeconfig: k.kubeconfig})
+			if err != nil {
+				return nil, err
+			}
+			ns := k.namespace
+			if ns == "" {
+				ns = l.Namespace
+			}
+			return k8slauncher.New(k8slauncher.Options{Client: l.Clientset, Namespace: ns, DNSTo: netpol.DNSTo(k.dnsTo), Server: l.Config.Host})
+		}
+		return nil, fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", name)
+	}
 }
 
 // runOptions are the flags of `sforge run`.
@@ -46,6 +87,7 @@ type runOptions struct {
 	report     string
 	resolveTTL time.Duration
 
+	k8s         k8sFlags
 	newBackend  backendFactory
 	resolver    policy.Resolver
 	newAPIProxy launcher.NewAPIProxyFunc
@@ -53,11 +95,16 @@ type runOptions struct {
 }
 
 func newCmdRun(s Streams) *cobra.Command {
-	return newCmdRunWith(s, defaultBackends, net.DefaultResolver)
+	return newCmdRunWith(s, nil, net.DefaultResolver)
 }
 
-func newCmdRunWith(s Streams, backends backendFactory, r policy.Resolver) *cobra.Command {
-	o := &runOptions{newBackend: backends, resolver: r, newAPIProxy: newAPIProxy, signals: runSignals}
+// newCmdRunWith builds the command with a backend factory (nil: the real
+// backends) and a resolver; tests pass fakes.
+func newCmdRunWith(s Streams, factory backendFactory, r policy.Resolver) *cobra.Command {
+	o := &runOptions{newBackend: factory, resolver: r, newAPIProxy: newAPIProxy, signals: runSignals}
+	if o.newBackend == nil {
+		o.newBackend = backends(&o.k8s)
+	}
 	cmd := &cobra.Command{
 		Use:   "run --task <dir|file> --agent <name> [--disable-internet|--enable-internet] [--judge-url URL] [flags] [-- argv for --agent command]",
 		Short: "Run an agent on a task in a Work container, isolated from the network if asked",
@@ -77,6 +124,13 @@ when none is given. Isolated runs need the sforge runtime registered with
 Docker (sforge install --docker); without it sforge refuses to start the
 container.
 
+With --backend k8s the agent runs in a Work Pod (an image given by the
+task; nothing is built): permissions are checked first, the NetworkPolicy
+sforge-iso-<pod> is created before the Pod, the Pod carries the allowlist
+annotation for the sforge-cni plugin (sforge install --cni on each node),
+drops NET_RAW and has no service-account token; Pod and policy are deleted
+at the end.
+
 The agent's exit status becomes sforge's. sforge itself exits with 2 for a
 usage error, 124 when --timeout (or the task's timeout) ends the agent, 130
 when interrupted; the container is removed in every case.`,
@@ -92,6 +146,10 @@ when interrupted; the container is removed in every case.`,
   # terminal 2: the container may reach only that proxy and the Judge
   SFORGE_AGENT_API_BASE_URL=http://host.docker.internal:9090 \
     sforge run --task ./tasks/t1 --agent claude-code --judge-url http://10.0.0.12:8080 --disable-internet
+
+  # Kubernetes: a Work Pod with its NetworkPolicy; the Judge must be reachable from Pods
+  sforge run --task ./tasks/ad_placement_optimization --agent claude-code --backend k8s \
+    --judge-url http://10.0.0.12:8080 --disable-internet
 
   # A generic agent: any command, the query in $SFORGE_AGENT_QUERY
   sforge run --task examples/hello-judge --agent command --judge-url http://172.17.0.1:8080 \
@@ -116,7 +174,10 @@ when interrupted; the container is removed in every case.`,
 	f.StringVar(&o.req.AgentsConfig, "agents-config", "", "JSON file with more agent profiles (default $XDG_CONFIG_HOME/sforge/agents.json)")
 	f.BoolVar(&o.req.DisableInternet, "disable-internet", false, "isolate the network: only the Judge and the AI API are reachable")
 	f.BoolVar(&o.req.EnableInternet, "enable-internet", false, "open the network, overriding the task's \"internet\": false")
-	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker (k8s arrives with the Kubernetes backend)")
+	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker, or k8s (a Work Pod with its NetworkPolicy)")
+	f.StringVar(&o.k8s.kubeconfig, "kubeconfig", "", "with --backend k8s: the kubeconfig (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	f.StringVar(&o.k8s.namespace, "namespace", "", "with --backend k8s: the namespace of the Work Pod (default: the kubeconfig context's, else default)")
+	f.StringVar(&o.k8s.dnsTo, "dns-to", "", "with --backend k8s: where the NetworkPolicy lets DNS go: kube-dns (the cluster DNS Pods, default) or any")
 	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
 	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
 	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
@@ -136,8 +197,16 @@ func usageError(err error) error { return &ExitError{Code: UsageExitCode, Err: e
 func (o *runOptions) validate() error {
 	switch o.req.Backend {
 	case "docker":
+		if set := o.k8s.set(); len(set) > 0 {
+			return fmt.Errorf("%s only apply to --backend k8s", strings.Join(set, ", "))
+		}
 	case "k8s":
-		return errors.New("--backend k8s: the Kubernetes backend is not yet available in this build; use --backend docker")
+		if _, err := netpol.ParseDNSTo(o.k8s.dnsTo); err != nil {
+			return fmt.Errorf("--dns-to: %w", err)
+		}
+		if o.req.APIProxy {
+			return errors.New("--api-proxy is not available with --backend k8s: a Pod cannot reach a proxy inside this process; run `sforge proxy` on an address Pods can reach and set SFORGE_AGENT_API_BASE_URL to it")
+		}
 	default:
 		return fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", o.req.Backend)
 	}

@@ -14,9 +14,14 @@ func newCmdUninstall(s Streams) *cobra.Command {
 		Long: `Remove exactly what sforge install added: runtime "sforge" from Docker's
 daemon.json (restoring the file byte for byte when nothing else changed since)
 and from containerd's config.toml, and the hooks.d files. Uninstalling twice is
-a no-op. The binaries stay where install.sh put them.`,
+a no-op. The binaries stay where install.sh put them.
+
+--cni removes exactly the sforge-cni entry from the node's conflist;
+--k8s-admission deletes the admission policy and its binding.`,
 		Example: `  sforge uninstall --dry-run
-  sforge uninstall --docker`,
+  sforge uninstall --docker
+  sforge uninstall --cni
+  sforge uninstall --k8s-admission`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(); err != nil {

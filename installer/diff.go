@@ -1,6 +1,7 @@
 package installer
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 )
@@ -15,10 +16,15 @@ func Diff(path string, before, after []byte) string {
 	if after == nil {
 		to = "/dev/null"
 	}
-	a, b := splitLines(before), splitLines(after)
-	ops := diffLines(a, b)
 	var w strings.Builder
 	fmt.Fprintf(&w, "--- %s\n+++ %s\n", from, to)
+	// A binary (the sforge-cni plugin) is named, not dumped.
+	if bytes.IndexByte(before, 0) >= 0 || bytes.IndexByte(after, 0) >= 0 {
+		fmt.Fprintf(&w, "Binary file %s: %d bytes -> %d bytes\n", path, len(before), len(after))
+		return w.String()
+	}
+	a, b := splitLines(before), splitLines(after)
+	ops := diffLines(a, b)
 	const context = 3
 	// Group the edit script into hunks separated by more than 2*context
 	// unchanged lines.

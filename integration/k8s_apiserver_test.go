@@ -273,7 +273,7 @@ func testPreflight(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 		t.Fatalf("limited user without any grant: %v, want every permission missing", err)
 	}
 
-	// Pods but no NetworkPolicy rights: the error names exactly the four
+	// Pods but no NetworkPolicy rights: the error names exactly the five
 	// NetworkPolicy verbs, the user, and the grant that fixes it.
 	grant("sforge-pods",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "delete"}},
@@ -286,14 +286,14 @@ func testPreflight(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 	for _, p := range me.Missing {
 		missing = append(missing, p.String())
 	}
-	want := "create networkpolicies.networking.k8s.io,get networkpolicies.networking.k8s.io,update networkpolicies.networking.k8s.io,delete networkpolicies.networking.k8s.io"
+	want := "create networkpolicies.networking.k8s.io,get networkpolicies.networking.k8s.io,update networkpolicies.networking.k8s.io,patch networkpolicies.networking.k8s.io,delete networkpolicies.networking.k8s.io"
 	if strings.Join(missing, ",") != want {
 		t.Errorf("missing %v, want %s", missing, want)
 	}
 	for _, w := range []string{
 		`user "limited"`, `namespace "preflight"`,
-		"missing networkpolicies.networking.k8s.io: create, get, update, delete;",
-		"kubectl -n preflight create role sforge --resource=networkpolicies.networking.k8s.io --verb=create,get,update,delete",
+		"missing networkpolicies.networking.k8s.io: create, get, update, patch, delete;",
+		"kubectl -n preflight create role sforge --resource=networkpolicies.networking.k8s.io --verb=create,get,update,patch,delete",
 		"--user=limited",
 	} {
 		if !strings.Contains(err.Error(), w) {
@@ -303,7 +303,7 @@ func testPreflight(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 	t.Logf("pre-flight error: %v", err)
 
 	// Following the advice makes the check pass.
-	grant("sforge", rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"create", "get", "update", "delete"}})
+	grant("sforge", rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"create", "get", "update", "patch", "delete"}})
 	var last error
 	for range 40 {
 		if last = preflight.Check(ctx, limited, ns, preflight.Launch); last == nil {

@@ -46,6 +46,7 @@ func TestK8sNode(t *testing.T) {
 		t.Run("open pod", func(t *testing.T) { testNodeOpenPod(t, c, ns) })
 		t.Run("malformed annotation", func(t *testing.T) { testNodeMalformedAnnotation(t, c, ns) })
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
+		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
 		t.Run("admission", func(t *testing.T) { testNodeAdmission(t, c, ns) })
 	})
 	if id == "" {

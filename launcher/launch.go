@@ -23,9 +23,16 @@ const (
 type TimeoutError struct {
 	Timeout time.Duration
 	Source  string
+	// NotStarted, when set, says why the workload never started (a
+	// Kubernetes Pod that stayed Pending: its phase and reason); the
+	// backend returns the error itself from Start then.
+	NotStarted string
 }
 
 func (e *TimeoutError) Error() string {
+	if e.NotStarted != "" {
+		return fmt.Sprintf("the agent did not start within %s (timeout from %s): %s; everything the run created was removed", e.Timeout, e.Source, e.NotStarted)
+	}
 	return fmt.Sprintf("the agent did not finish within %s (timeout from %s); it was killed and its container removed", e.Timeout, e.Source)
 }
 
@@ -174,6 +181,9 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 	rep.Timings.Start = ms(time.Since(t0))
 	rep.Workload = p.Name
 	if err != nil {
+		if errors.As(err, new(*TimeoutError)) {
+			return rep, err // the backend said why it never started
+		}
 		if timedOut() {
 			return rep, &TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource}
 		}

@@ -216,6 +216,9 @@ func NewPlan(req Request) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if jt.IsLoopback() && req.Backend == "k8s" {
+			return nil, usagef("--judge-url %q: %s is this machine's loopback, which a Pod cannot reach (inside a Pod it is the Pod's own loopback); use an address Pods can reach: the host's LAN address, a Service, an Ingress or a LoadBalancer, e.g. http://10.0.0.12:%d", req.JudgeURL, jt.Host, jt.Port)
+		}
 		if jt.IsLoopback() {
 			return nil, usagef("--judge-url %q: %s is this machine's loopback, which a container cannot reach; use an address the container can reach, such as http://host.docker.internal:%d (this host, seen from Docker) or the host's LAN address", req.JudgeURL, jt.Host, jt.Port)
 		}
@@ -236,6 +239,9 @@ func NewPlan(req Request) (*Plan, error) {
 		}
 		// With --api-proxy the upstream is reached from this host, where
 		// loopback is fine; only the container's own targets must not be.
+		if at.IsLoopback() && !req.APIProxy && req.Backend == "k8s" {
+			return nil, usagef("%s %q: %s is this machine's loopback, which a Pod cannot reach; expose `sforge proxy` on an address Pods can reach (the host's LAN address, a Service, a LoadBalancer) and point %s at it", apiSource, apiURL, at.Host, EnvAPIBaseURL)
+		}
 		if at.IsLoopback() && !req.APIProxy {
 			return nil, usagef("%s %q: %s is this machine's loopback, which a container cannot reach; for a `sforge proxy` on this host use http://host.docker.internal:%d, or pass --api-proxy", apiSource, apiURL, at.Host, at.Port)
 		}

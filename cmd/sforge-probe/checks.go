@@ -38,9 +38,12 @@ var checks = map[string]checkFunc{
 	"wait":     checkWait,
 }
 
-const usage = "usage: sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH)"
+const usage = "usage: sforge-probe matrix [--config FILE | --config-json JSON], or sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH)"
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "matrix" {
+		return runMatrix(args[1:], stdout, stderr)
+	}
 	timeout := 2 * time.Second
 	if len(args) >= 2 && args[0] == "--timeout" {
 		d, err := time.ParseDuration(args[1])

@@ -5,6 +5,9 @@
 // 0 when every check connected (or, for marker and wait, succeeded), 1 when
 // one did not, 2 on a usage error. It is built static (CGO_ENABLED=0) so
 // that it runs in a rootfs holding nothing else.
+//
+// `sforge-probe matrix` is the hostile probe (matrix.go): it tries every
+// way out an isolated container has and prints one verdict per attempt.
 package main
 
 import (

@@ -25,10 +25,12 @@ SV=0.${KV#1.}                      # staging modules: k8s 1.37.2 -> v0.37.2
 
 # Kubernetes commands to build: <cmd dir>:<main file in k8s.io/kubernetes/cmd/<dir>>.
 # One line per binary; the stamp covers this list, so adding one rebuilds.
-# No kube-scheduler: the node tests set spec.nodeName, which bypasses it.
+# kube-scheduler: `sforge run --backend k8s` creates Pods as a user would,
+# without spec.nodeName, so the test node needs a scheduler.
 K8S_CMDS=(
   kube-apiserver:apiserver.go
   kube-controller-manager:controller-manager.go
+  kube-scheduler:scheduler.go
   kubelet:kubelet.go
 )
 

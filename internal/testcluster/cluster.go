@@ -235,6 +235,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	c.Control = testk8s.Start(t, testk8s.Options{
 		NetNS:             c.NetNS,
 		ControllerManager: true,
+		Scheduler:         true,
 		Users:             []testk8s.User{{Name: "system:node:" + c.NodeName, Groups: []string{"system:nodes", "system:masters"}}},
 		ServingIPs:        []net.IP{net.ParseIP(NodeIP)},
 		APIServerArgs: []string{
@@ -275,7 +276,7 @@ func requirements(t testing.TB, o Options) {
 		_, err := os.Stat(f)
 		testenv.Require(t, err == nil, f+" missing (`make deps` installs containernetworking-plugins and busybox-static)")
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
 		st, err := os.Stat(filepath.Join(testk8s.BinDir(), b))
 		testenv.Require(t, err == nil && st.Mode()&0o111 != 0,
 			fmt.Sprintf("%s not built in %s: run `make k8s-bins` (hack/k8s/build.sh)", b, testk8s.BinDir()))

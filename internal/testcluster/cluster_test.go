@@ -76,8 +76,11 @@ func TestClusterLifecycle(t *testing.T) {
 			t.Errorf("pod %s, logs %q", run.Pod.Status.Phase, run.Logs)
 		}
 		t.Logf("pod started %s after the create call", run.Started)
-		// Left running on purpose: teardown must stop it.
+		// Left running on purpose: teardown must stop it. Created without
+		// spec.nodeName, as `sforge run --backend k8s` creates Pods: the
+		// scheduler must place it.
 		pod.Name, pod.Spec.Containers[0].Command = "sleeper", []string{"sleep", "600"}
+		pod.Spec.NodeName = ""
 		if _, err := cs.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

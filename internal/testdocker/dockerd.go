@@ -42,6 +42,7 @@ type Daemon struct {
 	ExecRoot   string    // --exec-root
 	NetNS      ns.NetNS  // the namespace dockerd and its containers live in
 	cmd        *exec.Cmd // the dockerd process
+	args       []string  // nsenter's, for Restart
 	logPath    string
 }
 
@@ -92,13 +93,8 @@ func Start(t testing.TB, o Options) *Daemon {
 		"--userland-proxy=false",
 		"--log-level", "info",
 	}
-	args = append(args, o.ExtraArgs...)
-	d.cmd = exec.Command("nsenter", args...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	// Its own process group, so a Ctrl-C of `go test` reaches us first and
-	// cleanup stops it in order.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := d.cmd.Start(); err != nil {
+	d.args = append(args, o.ExtraArgs...)
+	if err := d.launch(logf); err != nil {
 		t.Fatalf("failed to start dockerd: %v", err)
 	}
 	t.Cleanup(func() { d.stop(t) })
@@ -106,6 +102,41 @@ func Start(t testing.TB, o Options) *Daemon {
 		t.Fatalf("dockerd did not become ready: %v\n--- dockerd log (tail)\n%s", err, d.LogTail(40))
 	}
 	return d
+}
+
+func (d *Daemon) launch(logf *os.File) error {
+	d.cmd = exec.Command("nsenter", d.args...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	// Its own process group, so a Ctrl-C of `go test` reaches us first and
+	// cleanup stops it in order.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return d.cmd.Start()
+}
+
+// Restart stops dockerd by PID (SIGTERM; containers are left as they are,
+// not removed) and starts it again on the same directories, waiting until
+// its API answers.
+func (d *Daemon) Restart(t testing.TB) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dockerd (pid %d) did not stop within 30s", d.PID())
+	}
+	logf, err := os.OpenFile(d.logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	if err := d.launch(logf); err != nil {
+		t.Fatalf("failed to restart dockerd: %v", err)
+	}
+	if err := d.waitReady(60 * time.Second); err != nil {
+		t.Fatalf("dockerd did not become ready after a restart: %v\n--- dockerd log (tail)\n%s", err, d.LogTail(40))
+	}
 }
 
 // WriteConfig replaces daemon.json; call Reload for dockerd to read it.

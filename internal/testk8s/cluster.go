@@ -72,6 +72,9 @@ type Options struct {
 	// collector (owner references), service accounts and kube-root-ca.crt.
 	// Without it, PrepareNamespace creates the latter two by hand.
 	ControllerManager bool
+	// Scheduler also starts kube-scheduler, for Pods created without
+	// spec.nodeName (as `sforge run --backend k8s` creates them).
+	Scheduler bool
 	// Users are added to Admin and Limited.
 	Users []User
 	// ServingIPs are extra IP SANs of the serving certificate (a node IP).
@@ -147,6 +150,9 @@ func Start(t testing.TB, o Options) *Cluster {
 		if err := c.writeKubeconfig(user); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if o.Scheduler {
+		c.StartScheduler(t)
 	}
 	if o.ControllerManager {
 		c.StartControllerManager(t)
@@ -320,6 +326,20 @@ func httpGet(ctx context.Context, hc *http.Client, url, token string) (string, e
 		return "", fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return string(body), nil
+}
+
+// StartScheduler starts kube-scheduler against the cluster. It has no
+// readiness signal without a serving port; a Pod it cannot schedule stays
+// Pending, which the tests that need it notice.
+func (c *Cluster) StartScheduler(t testing.TB) {
+	t.Helper()
+	bin := filepath.Join(c.bin, "kube-scheduler")
+	st, err := os.Stat(bin)
+	testenv.Require(t, err == nil && st.Mode()&0o111 != 0,
+		fmt.Sprintf("kube-scheduler not built in %s: run `make k8s-bins` (hack/k8s/build.sh)", c.bin))
+	c.StartProcess(t, "kube-scheduler", bin,
+		"--kubeconfig", c.Kubeconfig(Admin),
+		"--leader-elect=false", "--secure-port", "0")
 }
 
 // StartControllerManager starts kube-controller-manager against the

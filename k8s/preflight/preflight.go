@@ -52,10 +52,11 @@ func perms(group, resource, sub string, verbs ...string) []Permission {
 }
 
 // Launch is what `sforge run --backend k8s` needs in its namespace: create,
-// read, update (a re-run updates the existing one) and delete its
-// NetworkPolicy; create, read and delete the Work Pod; read its logs.
+// read, update (a re-run updates the existing one), patch (the owner
+// reference to the Pod, netpol.SetOwner) and delete its NetworkPolicy;
+// create, read and delete the Work Pod; read its logs.
 var Launch = slices.Concat(
-	perms("networking.k8s.io", "networkpolicies", "", "create", "get", "update", "delete"),
+	perms("networking.k8s.io", "networkpolicies", "", "create", "get", "update", "patch", "delete"),
 	perms("", "pods", "", "create", "get", "delete"),
 	perms("", "pods", "log", "get"),
 )

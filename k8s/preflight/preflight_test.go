@@ -58,17 +58,17 @@ func TestCheck(t *testing.T) {
 		{name: "everything granted", granted: all()},
 		{
 			name: "no networkpolicy rights", user: "limited", granted: podsOnly,
-			wantMissing: []string{"create networkpolicies.networking.k8s.io", "get networkpolicies.networking.k8s.io", "update networkpolicies.networking.k8s.io", "delete networkpolicies.networking.k8s.io"},
+			wantMissing: []string{"create networkpolicies.networking.k8s.io", "get networkpolicies.networking.k8s.io", "update networkpolicies.networking.k8s.io", "patch networkpolicies.networking.k8s.io", "delete networkpolicies.networking.k8s.io"},
 			wantMsg: []string{
 				`user "limited" may not do what sforge needs in namespace "ns1"`,
-				"missing networkpolicies.networking.k8s.io: create, get, update, delete;",
-				"kubectl -n ns1 create role sforge --resource=networkpolicies.networking.k8s.io --verb=create,get,update,delete",
+				"missing networkpolicies.networking.k8s.io: create, get, update, patch, delete;",
+				"kubectl -n ns1 create role sforge --resource=networkpolicies.networking.k8s.io --verb=create,get,update,patch,delete",
 				"kubectl -n ns1 create rolebinding sforge --role=sforge --user=limited",
 			},
 		},
 		{
 			name: "only update and logs missing, service account", user: "system:serviceaccount:ci:runner",
-			granted:     []string{"create networkpolicies.networking.k8s.io", "get networkpolicies.networking.k8s.io", "delete networkpolicies.networking.k8s.io", "create pods", "get pods", "delete pods"},
+			granted:     []string{"create networkpolicies.networking.k8s.io", "get networkpolicies.networking.k8s.io", "patch networkpolicies.networking.k8s.io", "delete networkpolicies.networking.k8s.io", "create pods", "get pods", "delete pods"},
 			wantMissing: []string{"update networkpolicies.networking.k8s.io", "get pods/log"},
 			wantMsg: []string{
 				"missing networkpolicies.networking.k8s.io: update; pods/log: get;",

@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/sforge-dev/netiso/launcher"
+)
+
+// TestVerifyFlags: mistakes are usage errors (exit 2) naming the flag,
+// found before any daemon is contacted.
+func TestVerifyFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--judge-url is required"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "nomad"}, `--backend "nomad"`},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "k8s"}, "--backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "-o", "yaml"}, `--output "yaml"`},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--attempt-timeout", "1h"}, "--attempt-timeout"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--canary", "nope"}, "--canary"},
+		{[]string{"--judge-url", "gopher://x", "--image", "x"}, "--judge-url"},
+	} {
+		var out, errb bytes.Buffer
+		called := false
+		cmd := newCmdVerifyWith(Streams{Out: &out, ErrOut: &errb}, func(string) (launcher.Backend, error) { called = true; return nil, nil }, nil)
+		cmd.SetArgs(tc.args)
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != UsageExitCode {
+			t.Errorf("%v: err %v (exit %d), want %q and exit 2", tc.args, err, exitCode(err), tc.want)
+		}
+		if called {
+			t.Errorf("%v: a backend was created before the flags were checked", tc.args)
+		}
+	}
+}

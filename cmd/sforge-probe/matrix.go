@@ -1,0 +1,553 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// The hostile probe: `sforge-probe matrix --config-json JSON` (or
+// --config FILE, or $SFORGE_PROBE_MATRIX) tries every way out of an
+// isolated container that the threat model names and prints one Verdict
+// per attempt. Positive controls (the Judge, the API) must be reachable;
+// every escape attempt must fail. The exit status is 0 when every verdict
+// passes, 1 when one does not, 2 on a usage error.
+
+// MatrixConfig is what the probe is told about its world.
+type MatrixConfig struct {
+	// Allowed are host:port the container must reach over TCP (the Judge,
+	// the API): the positive controls. Their hosts are also tried on
+	// ForbiddenPort.
+	Allowed []string `json:"allowed"`
+	// Forbidden are hosts (names or IPv4) that must be unreachable over
+	// TCP (on Ports), UDP and ICMP.
+	Forbidden []string `json:"forbidden,omitempty"`
+	// Ports tried on forbidden hosts and the gateway (default 22, 53, 80,
+	// 443, 2375, 8080).
+	Ports []int `json:"ports,omitempty"`
+	// ForbiddenPort is tried on every allowed host (default: the allowed
+	// port + 1).
+	ForbiddenPort int `json:"forbidden_port,omitempty"`
+	// Forbidden6 are IPv6 addresses (global) that must be unreachable.
+	Forbidden6 []string `json:"forbidden6,omitempty"`
+	// Neighbours are addresses of other containers (IPv4 or IPv6), tried on
+	// Ports and NeighbourPorts.
+	Neighbours     []string `json:"neighbours,omitempty"`
+	NeighbourPorts []int    `json:"neighbour_ports,omitempty"`
+	// Canary is a host:port that must never be reached (TCP and UDP).
+	Canary string `json:"canary,omitempty"`
+	// Resolvers are DNS servers the container may use (Kubernetes); DNS
+	// to any other server, 127.0.0.11 included, must fail.
+	Resolvers []string `json:"resolvers,omitempty"`
+	// DNSServers are other servers tried for DNS (default: the canary's
+	// host, the gateway).
+	DNSServers []string `json:"dns_servers,omitempty"`
+	// Timeout per attempt (default 1.5s).
+	Timeout string `json:"timeout,omitempty"`
+	// Skip names checks not to run (e.g. "metadata" where 169.254.169.254
+	// must not be contacted at all).
+	Skip []string `json:"skip,omitempty"`
+}
+
+// Verdict is one attempt's JSON line.
+type Verdict struct {
+	Check  string `json:"check"`
+	Target string `json:"target"`
+	// Expect is "reachable" (a positive control) or "refused".
+	Expect string `json:"expect"`
+	// Got is "reachable" or "refused".
+	Got   string `json:"got"`
+	Pass  bool   `json:"pass"`
+	Error string `json:"error,omitempty"`
+	// Ms is how long the attempt took.
+	Ms int64 `json:"ms"`
+}
+
+const (
+	expectReachable = "reachable"
+	expectRefused   = "refused"
+)
+
+// attempt is one planned check.
+type attempt struct {
+	check, target, expect string
+	try                   func(timeout time.Duration) error
+}
+
+// MatrixEnv names the environment variable holding the config.
+const MatrixEnv = "SFORGE_PROBE_MATRIX"
+
+func runMatrix(args []string, stdout, stderr io.Writer) int {
+	var raw []byte
+	for len(args) > 0 {
+		switch {
+		case args[0] == "--config-json" && len(args) > 1:
+			raw, args = []byte(args[1]), args[2:]
+		case args[0] == "--config" && len(args) > 1:
+			b, err := os.ReadFile(args[1])
+			if err != nil {
+				fmt.Fprintf(stderr, "sforge-probe: failed to read --config: %v\n", err)
+				return 2
+			}
+			raw, args = b, args[2:]
+		default:
+			fmt.Fprintf(stderr, "sforge-probe: matrix: unexpected argument %q; usage: sforge-probe matrix [--config FILE | --config-json JSON] (or $%s)\n", args[0], MatrixEnv)
+			return 2
+		}
+	}
+	if raw == nil {
+		raw = []byte(os.Getenv(MatrixEnv))
+	}
+	cfg, err := parseMatrixConfig(raw)
+	if err != nil {
+		fmt.Fprintf(stderr, "sforge-probe: %v\n", err)
+		return 2
+	}
+	timeout := 1500 * time.Millisecond
+	if cfg.Timeout != "" {
+		timeout, _ = time.ParseDuration(cfg.Timeout)
+	}
+	atts := planMatrix(cfg, defaultGateway(), interfaces())
+	verdicts := make([]Verdict, len(atts))
+	// Attempts are independent: running them at once bounds the whole
+	// matrix by the slowest attempt (a dropped packet's timeout), not by
+	// their sum.
+	var wg sync.WaitGroup
+	for i, a := range atts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			err := a.try(timeout)
+			v := Verdict{Check: a.check, Target: a.target, Expect: a.expect, Got: expectReachable, Ms: time.Since(t0).Milliseconds()}
+			if err != nil {
+				v.Got, v.Error = expectRefused, err.Error()
+			}
+			v.Pass = v.Got == v.Expect
+			verdicts[i] = v
+		}()
+	}
+	wg.Wait()
+	status := 0
+	enc := json.NewEncoder(stdout)
+	for _, v := range verdicts {
+		if !v.Pass {
+			status = 1
+		}
+		_ = enc.Encode(v)
+	}
+	return status
+}
+
+func parseMatrixConfig(raw []byte) (*MatrixConfig, error) {
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		return nil, fmt.Errorf("matrix: no config: pass --config FILE, --config-json JSON or set $%s", MatrixEnv)
+	}
+	var cfg MatrixConfig
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("matrix: invalid config: %w", err)
+	}
+	if len(cfg.Allowed) == 0 {
+		return nil, errors.New(`matrix: invalid config: "allowed" is empty; the positive controls (Judge, API) prove the probe runs where it should`)
+	}
+	for _, hp := range append(slices.Clone(cfg.Allowed), cfg.Canary) {
+		if hp == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return nil, fmt.Errorf("matrix: invalid config: %q is not host:port: %w", hp, err)
+		}
+	}
+	if cfg.Timeout != "" {
+		if d, err := time.ParseDuration(cfg.Timeout); err != nil || d <= 0 || d > 10*time.Second {
+			return nil, fmt.Errorf(`matrix: invalid config: "timeout" %q: want a duration in (0, 10s]`, cfg.Timeout)
+		}
+	}
+	return &cfg, nil
+}
+
+// planMatrix lists the attempts: pure, so that tests can see the plan.
+func planMatrix(cfg *MatrixConfig, gateway netip.Addr, ifaces []string) []attempt {
+	var out []attempt
+	skip := func(name string) bool { return slices.Contains(cfg.Skip, name) }
+	add := func(check, target, expect string, try func(time.Duration) error) {
+		if skip(check) {
+			return
+		}
+		out = append(out, attempt{check, target, expect, try})
+	}
+	tcp := func(network, hp string) func(time.Duration) error {
+		return func(d time.Duration) error { return checkTCP(network, hp, d) }
+	}
+	udp := func(network, hp string) func(time.Duration) error {
+		return func(d time.Duration) error { return checkUDP(network, hp, d) }
+	}
+	ports := cfg.Ports
+	if len(ports) == 0 {
+		ports = []int{22, 53, 80, 443, 2375, 8080}
+	}
+	allowed := map[string]bool{}
+	for _, hp := range cfg.Allowed {
+		allowed[hp] = true
+		add("control-tcp", hp, expectReachable, tcp("tcp4", hp))
+	}
+	// The allowed hosts on a port that is not allowed.
+	for _, hp := range cfg.Allowed {
+		host, port, _ := net.SplitHostPort(hp)
+		p, _ := strconv.Atoi(port)
+		fp := cfg.ForbiddenPort
+		if fp == 0 {
+			fp = p + 1
+		}
+		t := net.JoinHostPort(host, strconv.Itoa(fp))
+		if !allowed[t] {
+			add("allowed-host-other-port", t, expectRefused, tcp("tcp4", t))
+		}
+		add("allowed-host-udp", hp, expectRefused, udp("udp4", hp))
+	}
+	for _, h := range cfg.Forbidden {
+		for _, p := range ports {
+			t := net.JoinHostPort(h, strconv.Itoa(p))
+			if !allowed[t] {
+				add("forbidden-tcp", t, expectRefused, tcp("tcp4", t))
+			}
+		}
+		add("forbidden-udp", net.JoinHostPort(h, "53"), expectRefused, udp("udp4", net.JoinHostPort(h, "53")))
+		if a, err := netip.ParseAddr(h); err == nil && a.Is4() {
+			add("forbidden-icmp", h, expectRefused, func(d time.Duration) error { return checkICMP(h, d) })
+		}
+	}
+	if cfg.Canary != "" {
+		add("canary-tcp", cfg.Canary, expectRefused, tcp("tcp4", cfg.Canary))
+		add("canary-udp", cfg.Canary, expectRefused, udp("udp4", cfg.Canary))
+	}
+	for _, a := range cfg.Forbidden6 {
+		for _, p := range ports {
+			t := net.JoinHostPort(a, strconv.Itoa(p))
+			add("ipv6-tcp", t, expectRefused, tcp("tcp6", t))
+		}
+		add("ipv6-udp", net.JoinHostPort(a, "53"), expectRefused, udp("udp6", net.JoinHostPort(a, "53")))
+		add("ipv6-icmp", a, expectRefused, func(d time.Duration) error { return checkICMP6(a, d) })
+	}
+	// Link-local IPv6 needs the interface as scope: every interface's
+	// all-nodes group answers pings from any neighbour, and fe80::1 is
+	// where a router usually sits.
+	for _, ifc := range ifaces {
+		t := "[fe80::1%" + ifc + "]:80"
+		add("ipv6-linklocal-tcp", t, expectRefused, tcp("tcp6", t))
+		all := "ff02::1%" + ifc
+		add("ipv6-linklocal-icmp", all, expectRefused, func(d time.Duration) error { return checkICMP6(all, d) })
+	}
+	nports := cfg.NeighbourPorts
+	if len(nports) == 0 {
+		nports = ports
+	}
+	for _, n := range cfg.Neighbours {
+		a, err := netip.ParseAddr(n)
+		network := "tcp4"
+		if err == nil && a.Is6() {
+			network = "tcp6"
+		}
+		for _, p := range nports {
+			t := net.JoinHostPort(n, strconv.Itoa(p))
+			add("neighbour-tcp", t, expectRefused, tcp(network, t))
+		}
+		if err == nil && a.Is4() {
+			add("neighbour-icmp", n, expectRefused, func(d time.Duration) error { return checkICMP(n, d) })
+		}
+	}
+	if gateway.IsValid() {
+		for _, p := range ports {
+			t := netip.AddrPortFrom(gateway, uint16(p)).String()
+			if !allowed[t] {
+				add("gateway-tcp", t, expectRefused, tcp("tcp4", t))
+			}
+		}
+		g := gateway.String()
+		add("gateway-icmp", g, expectRefused, func(d time.Duration) error { return checkICMP(g, d) })
+	}
+	add("metadata", "169.254.169.254:80", expectRefused, tcp("tcp4", "169.254.169.254:80"))
+
+	// DNS: the allowed resolvers answer; 127.0.0.11 (Docker's embedded
+	// resolver) and any other server do not.
+	for _, r := range cfg.Resolvers {
+		t := net.JoinHostPort(r, "53")
+		add("dns-allowed-udp", t, expectReachable, func(d time.Duration) error { return checkDNS("udp4", t, d) })
+	}
+	servers := []string{"127.0.0.11"}
+	servers = append(servers, cfg.DNSServers...)
+	if len(cfg.DNSServers) == 0 {
+		if cfg.Canary != "" {
+			h, _, _ := net.SplitHostPort(cfg.Canary)
+			servers = append(servers, h)
+		}
+		if gateway.IsValid() {
+			servers = append(servers, gateway.String())
+		}
+	}
+	for _, s := range servers {
+		if slices.Contains(cfg.Resolvers, s) {
+			continue
+		}
+		t := net.JoinHostPort(s, "53")
+		add("dns-udp", t, expectRefused, func(d time.Duration) error { return checkDNS("udp4", t, d) })
+		add("dns-tcp", t, expectRefused, tcp("tcp4", t))
+	}
+
+	// Things a root process without NET_RAW / NET_ADMIN / SYS_ADMIN must
+	// not be able to do at all.
+	add("raw-socket", "AF_INET SOCK_RAW", expectRefused, func(time.Duration) error { return trySocket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP) })
+	add("raw-socket6", "AF_INET6 SOCK_RAW", expectRefused, func(time.Duration) error { return trySocket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6) })
+	add("packet-socket", "AF_PACKET SOCK_RAW", expectRefused, func(time.Duration) error {
+		return trySocket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	})
+	add("nft-delete", "NFT_MSG_DELTABLE (the power to flush the ruleset)", expectRefused, func(time.Duration) error { return tryNFTDelete() })
+	add("iptables-legacy", "IPT_SO_SET_REPLACE socket", expectRefused, func(time.Duration) error {
+		return trySocket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+	})
+	egress := cfg.Allowed[0]
+	add("unshare-netns", "unshare(CLONE_NEWNET), then TCP "+egress, expectRefused, func(d time.Duration) error {
+		return tryUnshare(unix.CLONE_NEWNET, egress, d)
+	})
+	return out
+}
+
+// resolve4 resolves host:port before any namespace change (the new
+// namespace has no resolver), from /etc/hosts or DNS.
+func resolve4(hp string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(hp); err == nil {
+		return ap, nil
+	}
+	a, err := net.ResolveTCPAddr("tcp4", hp)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return a.AddrPort(), nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// trySocket succeeds when the socket could be created.
+func trySocket(domain, typ, proto int) error {
+	fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	return unix.Close(fd)
+}
+
+// tryNFTDelete asks nftables to delete a table that does not exist, in one
+// netlink batch. The kernel checks CAP_NET_ADMIN before it looks the table
+// up, so EPERM means the agent cannot touch the ruleset, while ENOENT (or
+// success) means it could have flushed it. The probe never sends anything
+// destructive: run by mistake where it has the power (the host), it must
+// not take the host's firewall down.
+func tryNFTDelete() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	c.DelTable(&nftables.Table{Name: nftProbeTable, Family: nftables.TableFamilyINet})
+	err = c.Flush()
+	if err != nil && (errors.Is(err, unix.EPERM) || strings.Contains(err.Error(), "operation not permitted")) {
+		return fmt.Errorf("delete table: %w", err)
+	}
+	// Anything else (ENOENT: the table was looked up) proves the
+	// permission check passed.
+	return nil
+}
+
+// nftProbeTable is a name no one uses, so that deleting it harms nothing.
+const nftProbeTable = "sforge_probe_absent_7f3a"
+
+// tryUnshare runs in a thread of its own that is never given back to the
+// Go scheduler: it dies with the goroutine, taking its namespaces along.
+// With egress set, success means the new namespace reached it.
+func tryUnshare(flags int, egress string, timeout time.Duration) error {
+	var ap netip.AddrPort
+	if egress != "" {
+		var err error
+		if ap, err = resolve4(egress); err != nil {
+			return fmt.Errorf("egress target not resolved, unshare not tried: %w", err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread may have changed namespaces.
+		if err := unix.Unshare(flags); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if egress == "" {
+			errc <- nil
+			return
+		}
+		// A fresh namespace has only a down loopback: dialing from it
+		// must fail. The dial runs on this locked thread (Go's dialer
+		// makes the socket in the calling thread).
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("unshared, but socket: %w", err)
+			return
+		}
+		defer unix.Close(fd)
+		tv := unix.NsecToTimeval(timeout.Nanoseconds())
+		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+		if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+			errc <- fmt.Errorf("unshared, but no egress: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// checkDNS sends a query for sforge-probe.invalid. and waits for any
+// answer: an answer (even NXDOMAIN) means the server was reached.
+func checkDNS(network, target string, timeout time.Duration) error {
+	c, err := net.DialTimeout(network, target, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	q := dnsQuery(0x5f0e, "sforge-probe.invalid")
+	if _, err := c.Write(q); err != nil {
+		return err
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if n < 12 || binary.BigEndian.Uint16(buf) != 0x5f0e {
+		return fmt.Errorf("not a DNS answer: %s", hex.EncodeToString(buf[:min(n, 16)]))
+	}
+	return nil
+}
+
+func dnsQuery(id uint16, name string) []byte {
+	b := binary.BigEndian.AppendUint16(nil, id)
+	b = append(b, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0) // RD, one question
+	for _, label := range strings.Split(name, ".") {
+		b = append(b, byte(len(label)))
+		b = append(b, label...)
+	}
+	return append(b, 0, 0, 1, 0, 1) // root, type A, class IN
+}
+
+// checkICMP6 pings over an unprivileged ICMPv6 datagram socket; target may
+// carry a zone (ff02::1%eth0).
+func checkICMP6(target string, timeout time.Duration) error {
+	addr, err := netip.ParseAddr(target)
+	if err != nil || !addr.Is6() {
+		return fmt.Errorf("want an IPv6 address, got %q", target)
+	}
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	if err != nil {
+		return fmt.Errorf("failed to open an ICMPv6 socket: %w", err)
+	}
+	defer unix.Close(fd)
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	sa := &unix.SockaddrInet6{Addr: addr.As16()}
+	if z := addr.Zone(); z != "" {
+		ifi, err := net.InterfaceByName(z)
+		if err != nil {
+			return fmt.Errorf("zone %q: %w", z, err)
+		}
+		sa.ZoneId = uint32(ifi.Index)
+	}
+	// Echo request (type 128); the kernel computes the checksum.
+	msg := append([]byte{128, 0, 0, 0, 0, 0, 0, 1}, "sforge-probe"...)
+	if err := unix.Sendto(fd, msg, 0, sa); err != nil {
+		return fmt.Errorf("failed to send an echo request: %w", err)
+	}
+	buf := make([]byte, 1500)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			return fmt.Errorf("no echo reply within %s", timeout)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to receive an echo reply: %w", err)
+		}
+		if n >= 8 && buf[0] == 129 {
+			return nil
+		}
+	}
+	return fmt.Errorf("no echo reply within %s", timeout)
+}
+
+// defaultGateway reads the IPv4 default route from /proc/net/route.
+func defaultGateway() netip.Addr {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return netip.Addr{}
+	}
+	defer f.Close()
+	return parseRoutes(f)
+}
+
+func parseRoutes(r io.Reader) netip.Addr {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 || f[1] != "00000000" {
+			continue
+		}
+		b, err := hex.DecodeString(f[2])
+		if err != nil || len(b) != 4 {
+			continue
+		}
+		// The kernel prints the address in host (little-endian) order.
+		a := netip.AddrFrom4([4]byte{b[3], b[2], b[1], b[0]})
+		if !a.IsUnspecified() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// interfaces are the container's non-loopback interfaces that are up.
+func interfaces() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 && i.Flags&net.FlagUp != 0 {
+			out = append(out, i.Name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseMatrixConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw, want string
+	}{
+		{"empty", "", "no config"},
+		{"not json", "{", "invalid config"},
+		{"unknown field", `{"allowed":["a:1"],"alowed":[]}`, `unknown field "alowed"`},
+		{"no controls", `{"forbidden":["203.0.113.1"]}`, `"allowed" is empty`},
+		{"not host:port", `{"allowed":["10.0.0.1"]}`, `"10.0.0.1" is not host:port`},
+		{"bad canary", `{"allowed":["a:1"],"canary":"x"}`, `"x" is not host:port`},
+		{"bad timeout", `{"allowed":["a:1"],"timeout":"1h"}`, `"timeout" "1h"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseMatrixConfig([]byte(tc.raw))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := parseMatrixConfig([]byte(`{"allowed":["judge:8080"],"timeout":"1s"}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlanMatrix: every way out the threat model names is in the plan,
+// the controls expect reachable, everything else refused, and allowed
+// endpoints are never listed as forbidden.
+func TestPlanMatrix(t *testing.T) {
+	cfg := &MatrixConfig{
+		Allowed:    []string{"198.51.100.10:8080"},
+		Forbidden:  []string{"203.0.113.10"},
+		Ports:      []int{80, 8080},
+		Forbidden6: []string{"2001:db8::10"},
+		Neighbours: []string{"192.0.2.3", "2001:db8:1::3"},
+		Canary:     "203.0.113.10:9",
+		Resolvers:  []string{"10.96.0.10"},
+	}
+	gw := netip.MustParseAddr("198.51.100.10")
+	atts := planMatrix(cfg, gw, []string{"eth0"})
+	got := map[string]string{}
+	for _, a := range atts {
+		got[a.check+" "+a.target] = a.expect
+		if a.target == "198.51.100.10:8080" && a.check != "control-tcp" && a.check != "allowed-host-udp" {
+			t.Errorf("allowed endpoint planned as forbidden: %s", a.check)
+		}
+	}
+	for k, want := range map[string]string{
+		"control-tcp 198.51.100.10:8080":             expectReachable,
+		"allowed-host-other-port 198.51.100.10:8081": expectRefused,
+		"allowed-host-udp 198.51.100.10:8080":        expectRefused,
+		"forbidden-tcp 203.0.113.10:80":              expectRefused,
+		"forbidden-udp 203.0.113.10:53":              expectRefused,
+		"forbidden-icmp 203.0.113.10":                expectRefused,
+		"canary-tcp 203.0.113.10:9":                  expectRefused,
+		"canary-udp 203.0.113.10:9":                  expectRefused,
+		"ipv6-tcp [2001:db8::10]:80":                 expectRefused,
+		"ipv6-icmp 2001:db8::10":                     expectRefused,
+		"ipv6-linklocal-tcp [fe80::1%eth0]:80":       expectRefused,
+		"ipv6-linklocal-icmp ff02::1%eth0":           expectRefused,
+		"neighbour-tcp 192.0.2.3:8080":               expectRefused,
+		"neighbour-tcp [2001:db8:1::3]:80":           expectRefused,
+		"gateway-tcp 198.51.100.10:80":               expectRefused,
+		"metadata 169.254.169.254:80":                expectRefused,
+		"dns-allowed-udp 10.96.0.10:53":              expectReachable,
+		"dns-udp 127.0.0.11:53":                      expectRefused,
+		"dns-tcp 127.0.0.11:53":                      expectRefused,
+		"dns-udp 203.0.113.10:53":                    expectRefused,
+		"raw-socket AF_INET SOCK_RAW":                expectRefused,
+		"packet-socket AF_PACKET SOCK_RAW":           expectRefused,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: planned %q, want %q", k, got[k], want)
+		}
+	}
+	for _, prefix := range []string{"nft-delete ", "unshare-netns ", "raw-socket6 ", "iptables-legacy "} {
+		found := false
+		for k := range got {
+			found = found || strings.HasPrefix(k, prefix)
+		}
+		if !found {
+			t.Errorf("no %s attempt planned", prefix)
+		}
+	}
+	if _, ok := got["gateway-tcp 198.51.100.10:8080"]; ok {
+		t.Error("the allowed endpoint on the gateway is planned as forbidden")
+	}
+	cfg.Skip = []string{"metadata"}
+	for _, a := range planMatrix(cfg, gw, nil) {
+		if a.check == "metadata" {
+			t.Error("skipped check planned")
+		}
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	const routes = "Iface\tDestination\tGateway \tFlags\nbr0\t0002000A\t00000000\t0001\neth0\t00000000\t0100A8C0\t0003\n"
+	if got := parseRoutes(strings.NewReader(routes)); got != netip.MustParseAddr("192.168.0.1") {
+		t.Fatalf("gateway %v", got)
+	}
+	if got := parseRoutes(strings.NewReader("Iface\tDestination\n")); got.IsValid() {
+		t.Fatalf("gateway %v without a default route", got)
+	}
+}
+
+func TestDNSQuery(t *testing.T) {
+	q := dnsQuery(0x1234, "a.bc")
+	want := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 'a', 2, 'b', 'c', 0, 0, 1, 0, 1}
+	if !bytes.Equal(q, want) {
+		t.Fatalf("query %x, want %x", q, want)
+	}
+}
+
+// TestMatrixRunUsage: the matrix's own usage errors exit 2, and a run
+// prints one parseable verdict per planned attempt.
+func TestMatrixRun(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"matrix", "--bogus"}, &out, &errb); code != 2 {
+		t.Fatalf("exit %d, want 2 (%s)", code, errb.String())
+	}
+	errb.Reset()
+	cfg := `{"allowed":["127.0.0.1:1"],"ports":[1],"timeout":"200ms","skip":["metadata","gateway-tcp","gateway-icmp","dns-udp","dns-tcp","ipv6-linklocal-tcp","ipv6-linklocal-icmp","unshare-netns","nft-delete"]}`
+	code := run([]string{"matrix", "--config-json", cfg}, &out, &errb)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1: the control 127.0.0.1:1 has no listener (%s)", code, errb.String())
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var v Verdict
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("bad verdict %q: %v", line, err)
+		}
+		if v.Check == "control-tcp" && (v.Pass || v.Got != expectRefused) {
+			t.Errorf("control verdict %+v", v)
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("only %d verdicts:\n%s", n, out.String())
+	}
+}

@@ -1,0 +1,361 @@
+// Package cni is the installer engine for Kubernetes nodes (`sforge install
+// --cni`): it copies sforge-cni into the CNI bin dir and chains it into the
+// node's network configuration, the conflist the container runtime uses.
+//
+// Which file: containerd and CRI-O (through libcni) load the first file of
+// the conf dir, by name, among *.conf, *.conflist and *.json; so does this
+// engine, unless --cni-conflist names one. Chaining into any other file
+// would change nothing on the node.
+//
+// The edit appends {"type":"sforge-cni","capabilities":{...}} to
+// "plugins": the chain's other plugins and every other key stay as they
+// were, in their order (the file is re-indented, nothing else). Installing
+// twice changes nothing; uninstall removes exactly the entries of type
+// sforge-cni.
+//
+// A single-plugin .conf file is refused, not converted: converting means
+// writing a new .conflist and removing or renaming the .conf the runtime
+// loads today, in a directory the cluster's network add-on (flannel,
+// calico...) usually rewrites on its own schedule, which could leave the
+// node with no network or with two configurations. The message says how to
+// convert it by hand (or which add-on option writes a conflist).
+package cni
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sforge-dev/netiso/installer"
+)
+
+const (
+	// PluginType is sforge-cni's "type" in a conflist and its binary name.
+	PluginType = "sforge-cni"
+	// DefaultBinDir and DefaultConfDir are where kubelet's runtimes look.
+	DefaultBinDir  = "/opt/cni/bin"
+	DefaultConfDir = "/etc/cni/net.d"
+)
+
+// Entry is the plugin object install appends: the Pod's annotations (the
+// allowlist) and its DNS resolvers come as runtime capabilities.
+var Entry = []byte(`{"type":"sforge-cni","capabilities":{"io.kubernetes.cri.pod-annotations":true,"dns":true}}`)
+
+// ErrSingleConf reports a .conf network config, which cannot chain.
+var ErrSingleConf = errors.New("single-plugin network config")
+
+// Engine chains sforge-cni into a node's CNI configuration.
+type Engine struct {
+	installer.Options
+	BinDir  string
+	ConfDir string
+	// Conflist is the file to edit; empty: the one the runtime loads.
+	Conflist string
+	// Required makes a missing chain an error for Check (doctor --cni);
+	// otherwise it is a warning, since a host with a CNI config (podman's)
+	// need not be a Kubernetes node.
+	Required bool
+}
+
+var _ installer.Engine = (*Engine)(nil)
+
+// Name implements installer.Engine.
+func (e *Engine) Name() string { return "cni" }
+
+func (e *Engine) binDir() string  { return or(e.BinDir, DefaultBinDir) }
+func (e *Engine) confDir() string { return or(e.ConfDir, DefaultConfDir) }
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// SourcePath is the sforge-cni binary install copies.
+func (e *Engine) SourcePath() string { return filepath.Join(e.Prefix, "bin", PluginType) }
+
+// Present reports whether the node has a CNI network configuration.
+func (e *Engine) Present() bool {
+	f, _ := e.active()
+	return f != ""
+}
+
+// active returns the network config the runtime loads: the first file of
+// the conf dir by name with a CNI extension.
+func (e *Engine) active() (string, error) {
+	ents, err := os.ReadDir(e.confDir())
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, d := range ents {
+		switch filepath.Ext(d.Name()) {
+		case ".conf", ".conflist", ".json":
+			if !d.IsDir() {
+				names = append(names, d.Name())
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "", nil
+	}
+	slices.Sort(names)
+	return filepath.Join(e.confDir(), names[0]), nil
+}
+
+// target is the file to edit, and a note when it is not the one the
+// runtime loads.
+func (e *Engine) target() (path string, notes []string, err error) {
+	act, err := e.active()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("failed to read CNI conf dir %s: %w", e.confDir(), err)
+	}
+	if e.Conflist != "" {
+		p := e.Conflist
+		if !filepath.IsAbs(p) && !strings.Contains(p, string(filepath.Separator)) {
+			p = filepath.Join(e.confDir(), p)
+		}
+		if act != "" && act != p {
+			notes = append(notes, fmt.Sprintf("%s is not the file the runtime loads (%s comes first by name): chaining there has no effect until it does", p, act))
+		}
+		return p, notes, nil
+	}
+	if act == "" {
+		return "", nil, fmt.Errorf("no CNI network config in %s (*.conflist): install the cluster's network add-on first, or pass --cni-conf-dir / --cni-conflist", e.confDir())
+	}
+	return act, nil, nil
+}
+
+// Plan implements installer.Engine.
+func (e *Engine) Plan(op installer.Op) (installer.Plan, error) {
+	p := installer.Plan{Engine: e.Name(), Op: op}
+	path, notes, err := e.target()
+	if err != nil {
+		return p, err
+	}
+	p.Notes = notes
+	before, err := installer.ReadFile(path)
+	if err != nil {
+		return p, err
+	}
+	if before == nil {
+		return p, fmt.Errorf("CNI network config %s does not exist", path)
+	}
+	var after []byte
+	switch op {
+	case installer.Install:
+		bin := filepath.Join(e.binDir(), PluginType)
+		src, err := os.ReadFile(e.SourcePath())
+		if err != nil {
+			return p, fmt.Errorf("failed to read %s (build it, or pass --prefix): %w", e.SourcePath(), err)
+		}
+		cur, err := installer.ReadFile(bin)
+		if err != nil {
+			return p, err
+		}
+		if !bytes.Equal(cur, src) {
+			p.Changes = append(p.Changes, installer.Change{Path: bin, Before: cur, After: src, Mode: 0o755, Why: "install the sforge-cni plugin binary"})
+		}
+		after, err = Chain(before, path)
+		if err != nil {
+			return p, err
+		}
+	case installer.Uninstall:
+		after, err = Unchain(before, path)
+		if err != nil {
+			return p, err
+		}
+		p.Notes = append(p.Notes, fmt.Sprintf("%s is left in place (other conflists may chain it); remove it by hand if none does", filepath.Join(e.binDir(), PluginType)))
+	default:
+		return p, fmt.Errorf("unknown operation %q", op)
+	}
+	if !bytes.Equal(before, after) {
+		why := "chain sforge-cni into the network config"
+		if op == installer.Uninstall {
+			why = "remove sforge-cni from the network config"
+		}
+		// The conflist goes last on install (the binary must exist before
+		// a Pod's ADD names it) and alone on uninstall.
+		p.Changes = append(p.Changes, installer.Change{Path: path, Before: before, After: after, Why: why})
+	}
+	return p, nil
+}
+
+// conflist is the top level of a network config list, members in file
+// order with their raw values.
+type conflist struct {
+	keys []string
+	vals map[string]json.RawMessage
+}
+
+func parse(b []byte, path string) (*conflist, []json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, nil, fmt.Errorf("failed to parse %s: not a JSON object", path)
+	}
+	c := &conflist{vals: map[string]json.RawMessage{}}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed to parse %s: %w", path, err)
+		}
+		key := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, nil, fmt.Errorf("failed to parse %s: value of %q: %w", path, key, err)
+		}
+		if _, dup := c.vals[key]; dup {
+			return nil, nil, fmt.Errorf("failed to parse %s: key %q appears twice", path, key)
+		}
+		c.keys = append(c.keys, key)
+		c.vals[key] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, fmt.Errorf("failed to parse %s: unexpected data after the JSON object", path)
+	}
+	raw, ok := c.vals["plugins"]
+	if !ok {
+		if _, single := c.vals["type"]; single {
+			return nil, nil, fmt.Errorf("%s is a %w (a .conf with one \"type\"), which cannot chain plugins: convert it to a .conflist "+
+				`({"cniVersion": <its cniVersion>, "name": <its name>, "plugins": [<the rest of it>]}, with the .conflist sorting first by name and the .conf removed), `+
+				"or configure the network add-on to write a conflist, then run sforge install --cni again", path, ErrSingleConf)
+		}
+		return nil, nil, fmt.Errorf("%s has no \"plugins\" list: not a CNI network config list", path)
+	}
+	var plugins []json.RawMessage
+	if err := json.Unmarshal(raw, &plugins); err != nil {
+		return nil, nil, fmt.Errorf("%s: \"plugins\" is not a list: %w", path, err)
+	}
+	return c, plugins, nil
+}
+
+func (c *conflist) render(plugins []json.RawMessage) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range c.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		if k == "plugins" {
+			b.WriteByte('[')
+			for j, p := range plugins {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				b.Write(p)
+			}
+			b.WriteByte(']')
+			continue
+		}
+		b.Write(c.vals[k])
+	}
+	b.WriteByte('}')
+	var out bytes.Buffer
+	if err := json.Indent(&out, b.Bytes(), "", "  "); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+func isOurs(p json.RawMessage) bool {
+	var t struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(p, &t) == nil && t.Type == PluginType
+}
+
+// Chain returns the conflist with sforge-cni appended to its plugins; a
+// conflist that already chains it is returned unchanged.
+func Chain(b []byte, path string) ([]byte, error) {
+	c, plugins, err := parse(b, path)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(plugins, isOurs) {
+		return b, nil
+	}
+	if len(plugins) == 0 {
+		return nil, fmt.Errorf("%s has no plugins: sforge-cni is a chained plugin and needs an interface plugin (bridge, flannel...) before it", path)
+	}
+	return c.render(append(plugins, Entry))
+}
+
+// Unchain returns the conflist without sforge-cni; one without it is
+// returned unchanged.
+func Unchain(b []byte, path string) ([]byte, error) {
+	c, plugins, err := parse(b, path)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(plugins, isOurs) {
+		return b, nil
+	}
+	return c.render(slices.DeleteFunc(plugins, isOurs))
+}
+
+// Activate implements installer.Engine: the runtime reads the conflist at
+// every Pod's ADD, so nothing needs a restart.
+func (e *Engine) Activate(_ context.Context, p installer.Plan, w io.Writer) error {
+	if p.Op == installer.Install {
+		fmt.Fprintln(w, "cni: new Pods get sforge-cni at ADD (no restart needed); Pods already running keep their network as it is")
+	}
+	return nil
+}
+
+// Check implements installer.Engine for `sforge doctor`: the config the
+// runtime loads chains sforge-cni, and the binary is executable.
+func (e *Engine) Check(context.Context) []installer.Finding {
+	const check = "cni chain"
+	fix := "sforge install --cni"
+	path, notes, err := e.target()
+	if err != nil {
+		return []installer.Finding{{Check: check, Severity: installer.Warning, Message: err.Error(), Fix: fix}}
+	}
+	var out []installer.Finding
+	for _, n := range notes {
+		out = append(out, installer.Finding{Check: check, Severity: installer.Warning, Message: n})
+	}
+	b, err := installer.ReadFile(path)
+	if err != nil || b == nil {
+		return append(out, installer.Finding{Check: check, Severity: installer.Error, Message: fmt.Sprintf("cannot read %s: %v", path, err), Fix: fix})
+	}
+	_, plugins, err := parse(b, path)
+	if err != nil {
+		return append(out, installer.Finding{Check: check, Severity: installer.Error, Message: err.Error(), Fix: fix})
+	}
+	if !slices.ContainsFunc(plugins, isOurs) {
+		sev := installer.Warning
+		if e.Required {
+			sev = installer.Error
+		}
+		return append(out, installer.Finding{Check: check, Severity: sev,
+			Message: fmt.Sprintf("%s does not chain sforge-cni: Pods with the sforge.io/egress annotation are isolated only by their NetworkPolicy, if the cluster's CNI enforces it", path), Fix: fix})
+	}
+	out = append(out, installer.Finding{Check: check, Severity: installer.OK, Message: fmt.Sprintf("%s chains sforge-cni", path)})
+	bin := filepath.Join(e.binDir(), PluginType)
+	if err := installer.Executable(bin); err != nil {
+		return append(out, installer.Finding{Check: "cni binary", Severity: installer.Error,
+			Message: fmt.Sprintf("the chain names sforge-cni but %v: every Pod's ADD fails", err), Fix: fix + " --cni-bin-dir " + e.binDir()})
+	}
+	return append(out, installer.Finding{Check: "cni binary", Severity: installer.OK, Message: bin + " is executable"})
+}

@@ -1,0 +1,516 @@
+// Package k8s is the launcher's Kubernetes backend (`sforge run --backend
+// k8s`). It runs the agent in a Work Pod:
+//
+//   - permissions are checked first (k8s/preflight, SelfSubjectAccessReview),
+//     so a kubeconfig with too few rights creates nothing;
+//   - when isolated, the NetworkPolicy sforge-iso-<pod> is applied BEFORE
+//     the Pod exists, so no moment of the Pod's life is without it (as far
+//     as the cluster's CNI enforces policies at all: the chained sforge-cni
+//     plugin, driven by the Pod's sforge.io/egress annotation, enforces the
+//     allowlist inside the Pod's netns either way; the policy is defence in
+//     depth);
+//   - the Pod is labelled sforge-pod=<name>, annotated with the allowlist,
+//     drops NET_RAW, adds no capability, pins the Judge/API names in
+//     /etc/hosts (hostAliases), has no service-account token and never
+//     restarts; the policy then gets the Pod as owner, so the garbage
+//     collector removes it even when the launcher dies;
+//   - the launcher waits for the agent's container to start (a Pod that
+//     never does ends with an error naming its phase and reason), streams
+//     its log, returns its exit code, and deletes Pod and policy on every
+//     path.
+//
+// DNS: the allowlist annotation carries no resolver. The Judge and API
+// names are pinned through hostAliases, so the agent needs no DNS for
+// them; the sforge-cni plugin adds the Pod's resolvers itself from the CNI
+// "dns" capability (which `sforge install --cni` declares and
+// containerd/CRI-O fill from the Pod's DNS config, i.e. the kube-dns
+// Service address as the Pod sees it, before kube-proxy's DNAT). Reading
+// the kube-dns Service here would need rights in kube-system that a
+// launcher should not need. The NetworkPolicy allows DNS to the kube-dns
+// Pods (or anywhere with --dns-to any).
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sforge-dev/netiso/k8s/netpol"
+	"github.com/sforge-dev/netiso/k8s/preflight"
+	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+const (
+	// ContainerName is the agent's container in the Work Pod.
+	ContainerName = "agent"
+	// TaskAnnotation records the task's name (label values cannot hold
+	// every task name).
+	TaskAnnotation = "sforge.io/task"
+	// DefaultStartTimeout bounds the wait for the Pod to start when the
+	// run has no timeout of its own (image pulls can be slow).
+	DefaultStartTimeout = 10 * time.Minute
+	// DefaultPollInterval is how often the Pod's status is read. Polling
+	// with get needs fewer rights than a watch (list+watch on pods).
+	DefaultPollInterval = 500 * time.Millisecond
+	// deleteGrace is the grace period the Pod gets when it is deleted:
+	// short, the agent is being stopped anyway.
+	deleteGrace int64 = 2
+)
+
+// Options configure the backend.
+type Options struct {
+	// Client talks to the cluster; build it with k8s/client (one per
+	// process: it holds the rate limiter).
+	Client kubernetes.Interface
+	// Namespace of the Work Pod and its policy.
+	Namespace string
+	// DNSTo is where the NetworkPolicy lets DNS go (kube-dns or any).
+	DNSTo netpol.DNSTo
+	// Server names the API server in messages and the report.
+	Server string
+	// StartTimeout bounds the wait for the Pod to start when the run has
+	// no timeout (default DefaultStartTimeout).
+	StartTimeout time.Duration
+	// PollInterval is how often the Pod's status is read.
+	PollInterval time.Duration
+}
+
+// Backend runs one plan as a Pod.
+type Backend struct {
+	o      Options
+	policy *netpol.Emitter
+
+	mu         sync.Mutex
+	pod        string // the Pod we created (or may have created)
+	policyName string // the policy we applied (or may have applied)
+	image      string
+	logCancel  context.CancelFunc
+	logDone    chan struct{}
+}
+
+var _ launcher.Backend = (*Backend)(nil)
+
+// New returns a backend; it contacts nothing yet.
+func New(o Options) (*Backend, error) {
+	if o.Client == nil {
+		return nil, errors.New("internal error: k8s backend without a client")
+	}
+	if o.Namespace == "" {
+		return nil, errors.New("--namespace: no namespace given and the kubeconfig names none")
+	}
+	dns, err := netpol.ParseDNSTo(string(o.DNSTo))
+	if err != nil {
+		return nil, fmt.Errorf("--dns-to: %w", err)
+	}
+	o.DNSTo = dns
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	return &Backend{o: o, policy: netpol.NewEmitter(o.Client, o.Namespace)}, nil
+}
+
+// Name implements launcher.Backend.
+func (b *Backend) Name() string { return "k8s" }
+
+// Check refuses what a Pod cannot do and turns the workload name into a
+// valid Pod name (task names may hold '_' or capitals). It does no I/O.
+func (b *Backend) Check(p *launcher.Plan) error {
+	if p.Task.Build != nil || len(p.Task.SetupCmds) > 0 {
+		return fmt.Errorf("--backend k8s runs a prebuilt image and cannot build one: task %s has %s; build and push the image (e.g. with --backend docker's build, or docker build + push), then set \"image\" and drop the build fields", p.Task.Path, buildFields(p))
+	}
+	if p.Task.Image == "" {
+		return fmt.Errorf("--backend k8s needs an image: task %s has no \"image\"", p.Task.Path)
+	}
+	// Defence in depth: NewPlan already refuses loopback URLs for k8s.
+	for src, u := range map[string]string{"--judge-url": p.JudgeURL, launcher.EnvAPIBaseURL: p.APIBaseURL} {
+		if u == "" {
+			continue
+		}
+		t, err := policy.ParseTarget(src, u)
+		if err != nil {
+			return err
+		}
+		if t.IsLoopback() {
+			return fmt.Errorf("%s %q: %s is loopback, which a Pod cannot reach; use an address Pods can reach (the host's LAN address, a Service, an Ingress or a LoadBalancer)", src, u, t.Host)
+		}
+	}
+	if p.APIProxy {
+		return errors.New("--api-proxy is not available with --backend k8s: a Pod cannot reach a proxy inside this process; run `sforge proxy` on an address Pods can reach and set " + launcher.EnvAPIBaseURL + " to it")
+	}
+	p.Name = PodName(p.Name)
+	if err := netpol.ValidatePodName(p.Name); err != nil {
+		return fmt.Errorf("task name gives an invalid Pod name: %w", err)
+	}
+	return nil
+}
+
+func buildFields(p *launcher.Plan) string {
+	var f []string
+	if p.Task.Build != nil {
+		f = append(f, `"build"`)
+	}
+	if len(p.Task.SetupCmds) > 0 {
+		f = append(f, `"setup_cmds"`)
+	}
+	return strings.Join(f, " and ")
+}
+
+// PodName lowercases name and replaces what a Pod name may not hold with
+// '-'.
+func PodName(name string) string {
+	var sb strings.Builder
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '.':
+			sb.WriteRune(r)
+		default:
+			sb.WriteByte('-')
+		}
+	}
+	return strings.Trim(sb.String(), "-.")
+}
+
+// Preflight checks, before anything is created, that the kubeconfig's user
+// may do everything the run needs in the namespace (the error lists the
+// missing verbs and the grant that fixes them).
+func (b *Backend) Preflight(ctx context.Context, p *launcher.Plan) (launcher.HostInfo, error) {
+	host := launcher.HostInfo{
+		AllowlistForm: "annotation",
+		Details:       map[string]string{"namespace": b.o.Namespace, "dns_to": string(b.o.DNSTo)},
+	}
+	if b.o.Server != "" {
+		host.Details["server"] = b.o.Server
+	}
+	if err := preflight.Check(ctx, b.o.Client, b.o.Namespace, preflight.Launch); err != nil {
+		return host, err
+	}
+	return host, nil
+}
+
+// Prepare returns the task's image: Pods pull it themselves.
+func (b *Backend) Prepare(_ context.Context, p *launcher.Plan, progress io.Writer) (string, error) {
+	fmt.Fprintf(progress, "sforge: the Pod will pull image %s itself\n", p.Task.Image)
+	b.image = p.Task.Image
+	return p.Task.Image, nil
+}
+
+// PodSpec builds the Work Pod for a plan; exported so that tests and
+// `sforge verify` see exactly what run creates.
+func PodSpec(p *launcher.Plan, namespace string) *corev1.Pod {
+	labels := netpol.PodLabels(p.Name)
+	labels[netpol.ManagedByLabel] = netpol.ManagedBy
+	annotations := map[string]string{TaskAnnotation: p.Task.Name}
+	sc := &corev1.SecurityContext{
+		Privileged: new(false),
+		// No Add, ever: NET_ADMIN would let the agent flush the rules.
+		Capabilities: &corev1.Capabilities{},
+	}
+	if p.Isolated {
+		annotations[policy.AnnotationKey] = p.AllowlistValue
+		// AF_PACKET and raw sockets bypass netfilter.
+		sc.Capabilities.Drop = []corev1.Capability{"NET_RAW"}
+	}
+	var env []corev1.EnvVar
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		env = append(env, corev1.EnvVar{Name: k, Value: p.Env[k]})
+	}
+	var aliases []corev1.HostAlias
+	for _, name := range slices.Sorted(maps.Keys(p.Hosts)) {
+		for _, a := range p.Hosts[name] {
+			aliases = append(aliases, corev1.HostAlias{IP: a.String(), Hostnames: []string{name}})
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        p.Name,
+			Namespace:   namespace,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: new(false),
+			// Service links put every Service's address in the env:
+			// noise for the agent, and nothing it may reach anyway.
+			EnableServiceLinks:            new(false),
+			HostAliases:                   aliases,
+			TerminationGracePeriodSeconds: new(deleteGrace),
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           p.Image,
+				Command:         slices.Clone(p.Argv),
+				Env:             env,
+				SecurityContext: sc,
+			}},
+		},
+	}
+}
+
+// Start applies the policy (isolated runs), creates the Pod, makes it the
+// policy's owner, waits for the agent's container to start and streams its
+// log to stdout (the Kubernetes log merges stdout and stderr).
+func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, _ io.Writer) error {
+	if p.Isolated && p.AllowlistValue == "" {
+		return errors.New("internal error: isolated plan without an allowlist; refusing to start")
+	}
+	ns := b.o.Namespace
+	if p.Isolated {
+		np, err := netpol.Build(p.Allowlist, netpol.Options{Namespace: ns, Pod: p.Name, DNSTo: b.o.DNSTo})
+		if err != nil {
+			return fmt.Errorf("failed to build the NetworkPolicy: %w", err)
+		}
+		b.mu.Lock()
+		b.policyName = np.Name // set first: create may succeed while its answer is lost
+		b.mu.Unlock()
+		if _, err := b.policy.Apply(ctx, np); err != nil {
+			if errors.Is(err, netpol.ErrNotManaged) {
+				b.mu.Lock()
+				b.policyName = "" // somebody else's: never delete it
+				b.mu.Unlock()
+			}
+			return err
+		}
+	}
+
+	pod := PodSpec(p, ns)
+	b.mu.Lock()
+	b.pod = pod.Name
+	b.mu.Unlock()
+	created, err := b.o.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: netpol.FieldManager})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			b.mu.Lock()
+			b.pod = ""
+			b.mu.Unlock()
+		}
+		return fmt.Errorf("failed to create pod %s/%s: %w", ns, pod.Name, err)
+	}
+	if p.Isolated {
+		if err := b.policy.SetOwner(ctx, netpol.Name(p.Name), created); err != nil {
+			return err
+		}
+	}
+
+	if err := b.waitStarted(ctx, p); err != nil {
+		return err
+	}
+
+	// The log stream outlives Start's context; Cleanup ends it.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	b.mu.Lock()
+	b.logCancel, b.logDone = cancel, done
+	b.mu.Unlock()
+	stream, err := b.o.Client.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: ContainerName, Follow: true}).Stream(lctx)
+	if err != nil {
+		close(done)
+		return fmt.Errorf("failed to stream the log of pod %s/%s: %w", ns, p.Name, err)
+	}
+	go func() {
+		defer close(done)
+		defer stream.Close()
+		_, _ = io.Copy(stdout, stream)
+	}()
+	return nil
+}
+
+// started reports whether the agent's container has started (running or
+// already finished), and otherwise a description of where the Pod stands.
+// fatal is set when it never will (a bad image name, a config error).
+func started(pod *corev1.Pod) (ok bool, state string, fatal bool) {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true, "", false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != ContainerName {
+			continue
+		}
+		if cs.State.Running != nil || cs.State.Terminated != nil {
+			return true, "", false
+		}
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			state = fmt.Sprintf("phase %s, container %s waiting: %s", phase(pod), ContainerName, w.Reason)
+			if w.Message != "" {
+				state += " (" + w.Message + ")"
+			}
+			switch w.Reason {
+			case "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError":
+				fatal = true
+			case "ContainerCreating":
+				// Where a failing CNI ADD leaves a Pod (sforge-cni refuses
+				// a malformed allowlist or a failed install: fail closed).
+				state += "; if it stays there, `kubectl describe pod` shows why (FailedCreatePodSandBox: the CNI chain, sforge-cni included, refused the Pod)"
+			}
+			return false, state, fatal
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			continue
+		}
+		if c.Reason != "" || c.Message != "" {
+			return false, fmt.Sprintf("phase %s, %s is %s: %s %s", phase(pod), c.Type, c.Status, c.Reason, c.Message), false
+		}
+	}
+	if pod.Spec.NodeName == "" {
+		return false, fmt.Sprintf("phase %s, not scheduled to any node (is a scheduler running, and a node with room?)", phase(pod)), false
+	}
+	return false, fmt.Sprintf("phase %s on node %s, sandbox not ready (CNI ADD pending or failing: see `kubectl describe pod`)", phase(pod), pod.Spec.NodeName), false
+}
+
+func phase(pod *corev1.Pod) corev1.PodPhase {
+	if pod.Status.Phase == "" {
+		return corev1.PodPending
+	}
+	return pod.Status.Phase
+}
+
+// waitStarted polls the Pod until its agent container starts. The run's
+// timeout (ctx) or the backend's StartTimeout ends the wait with an error
+// naming the Pod's phase and reason.
+func (b *Backend) waitStarted(ctx context.Context, p *launcher.Plan) error {
+	ns := b.o.Namespace
+	sctx, cancel := context.WithTimeout(ctx, b.o.StartTimeout)
+	defer cancel()
+	state := "not read yet"
+	tick := time.NewTicker(b.o.PollInterval)
+	defer tick.Stop()
+	for {
+		pod, err := b.o.Client.CoreV1().Pods(ns).Get(sctx, p.Name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			ok, st, fatal := started(pod)
+			if ok {
+				return nil
+			}
+			state = st
+			if fatal {
+				return fmt.Errorf("pod %s/%s cannot start: %s", ns, p.Name, state)
+			}
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("pod %s/%s was deleted before it started", ns, p.Name)
+		case sctx.Err() == nil:
+			state = "failed to read its status: " + err.Error()
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-sctx.Done():
+		}
+		notStarted := fmt.Sprintf("pod %s/%s never started (%s)", ns, p.Name, state)
+		switch {
+		case ctx.Err() != nil && p.Timeout > 0 && !errors.Is(context.Cause(ctx), context.Canceled):
+			// The run's timeout (Launch's deadline), not Ctrl-C.
+			return &launcher.TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource, NotStarted: notStarted}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return &launcher.TimeoutError{Timeout: b.o.StartTimeout, Source: "the k8s backend's start timeout", NotStarted: notStarted}
+		}
+	}
+}
+
+// Wait polls the Pod until the agent's container has terminated and
+// returns its exit code.
+func (b *Backend) Wait(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	name, done := b.pod, b.logDone
+	b.mu.Unlock()
+	if name == "" {
+		return 0, errors.New("internal error: Wait before Start")
+	}
+	ns := b.o.Namespace
+	tick := time.NewTicker(b.o.PollInterval)
+	defer tick.Stop()
+	for {
+		pod, err := b.o.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if apierrors.IsNotFound(err) {
+				return 0, fmt.Errorf("pod %s/%s was deleted while the agent ran", ns, name)
+			}
+			// A transient API error: keep polling until ctx ends.
+		} else if code, ok := exitCode(pod); ok {
+			// Let the log drain; bounded, a stuck stream must not hang.
+			if done != nil {
+				select {
+				case <-done:
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return code, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func exitCode(pod *corev1.Pod) (int, bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == ContainerName && cs.State.Terminated != nil {
+			return int(cs.State.Terminated.ExitCode), true
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return 0, true
+	case corev1.PodFailed:
+		// Failed without a container status: evicted, or never ran.
+		return 1, true
+	}
+	return 0, false
+}
+
+// Cleanup deletes the Pod, then the policy. The Pod goes first; its
+// container may still take its short grace period to stop after the policy
+// is gone, but the sforge-cni rules live in the Pod's network namespace
+// until the sandbox is torn down, so the allowlist still holds then.
+// Objects already gone are fine; a name is forgotten once its object is
+// deleted, so a second call does nothing.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.logCancel != nil {
+		b.logCancel()
+		b.logCancel = nil
+	}
+	ns := b.o.Namespace
+	var errs []error
+	if b.pod != "" {
+		err := b.o.Client.CoreV1().Pods(ns).Delete(ctx, b.pod, metav1.DeleteOptions{GracePeriodSeconds: new(deleteGrace)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("failed to delete pod %s/%s: %w", ns, b.pod, err))
+		} else {
+			b.pod = ""
+		}
+	}
+	if b.policyName != "" {
+		if err := b.policy.Delete(ctx, b.policyName); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.policyName = ""
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,379 @@
+// Package verify is `sforge verify`: it runs the hostile probe
+// (`sforge-probe matrix`) as the agent of a throw-away task, through the
+// launcher's own plan and backend, so the probe gets exactly the isolation
+// `sforge run` would give an agent (same runtime, capabilities, allowlist
+// form, pinned hosts). It then judges the probe's verdicts: any escape
+// attempt that got through, or a positive control (Judge, API) that did
+// not, fails the verification.
+package verify
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/launcher/agent"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// ProbeInImage is where the probe sits in the image verify builds, and
+// where --image must have it.
+const ProbeInImage = "/sforge-probe"
+
+// TaskName names the throw-away task (and so the container and image).
+const TaskName = "sforge-verify"
+
+// Request is what the user asked for.
+type Request struct {
+	Backend  string
+	JudgeURL string
+	// APIURL is an API endpoint the container must reach (optional).
+	APIURL string
+	// Canary is a host:port the container must not reach.
+	Canary string
+	// Neighbours are addresses of other workloads that must be
+	// unreachable.
+	Neighbours []string
+	// Forbidden6 are IPv6 addresses to try (e.g. one of this host's).
+	Forbidden6 []string
+	// Image runs the probe from an existing image that holds it at
+	// ProbeInImage; empty builds one FROM scratch with Probe.
+	Image string
+	// Probe is the static sforge-probe binary to put in the image.
+	Probe string
+	// Timeout per attempt inside the probe.
+	AttemptTimeout time.Duration
+}
+
+// Verdict is one probe attempt, as the probe printed it.
+type Verdict struct {
+	Check  string `json:"check"`
+	Target string `json:"target"`
+	Expect string `json:"expect"`
+	Got    string `json:"got"`
+	Pass   bool   `json:"pass"`
+	Error  string `json:"error,omitempty"`
+	Ms     int64  `json:"ms"`
+}
+
+// Finding is a check verify made outside the probe (the backend's own:
+// runtime registered, CNI enforcement on Kubernetes...).
+type Finding struct {
+	Check  string `json:"check"`
+	Expect string `json:"expect"`
+	Got    string `json:"got"`
+	Pass   bool   `json:"pass"`
+	// Warning findings are reported but do not fail the verification
+	// (NetworkPolicy not enforced while sforge-cni is: defence in depth
+	// missing, isolation intact).
+	Warning bool   `json:"warning,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// Report is the JSON report.
+type Report struct {
+	OK       bool      `json:"ok"`
+	Backend  string    `json:"backend"`
+	Image    string    `json:"image,omitempty"`
+	Verdicts []Verdict `json:"verdicts"`
+	Findings []Finding `json:"findings,omitempty"`
+	// Leaks are escape attempts that got through; FailedControls are
+	// positive controls that did not.
+	Leaks          int `json:"leaks"`
+	FailedControls int `json:"failed_controls"`
+	// Run is the launcher's report of the probe's run (allowlist, form,
+	// timings).
+	Run   *launcher.Report `json:"run,omitempty"`
+	Error string           `json:"error,omitempty"`
+}
+
+// Diagnoser adds backend-specific findings after the probe ran. The
+// Kubernetes backend implements it (does the CNI enforce NetworkPolicy,
+// did sforge-cni run for the Pod); Docker needs none, since its runtime
+// check is part of the backend's Preflight.
+type Diagnoser interface {
+	Diagnose(ctx context.Context, p *launcher.Plan, run *launcher.Report) []Finding
+}
+
+// MatrixConfig builds the probe's configuration; it mirrors the probe's
+// MatrixConfig (cmd/sforge-probe/matrix.go).
+func MatrixConfig(r Request) (string, error) {
+	var allowed []string
+	for _, u := range []struct{ src, url string }{{"--judge-url", r.JudgeURL}, {"--api-url", r.APIURL}} {
+		if u.url == "" {
+			continue
+		}
+		t, err := policy.ParseTarget(u.src, u.url)
+		if err != nil {
+			return "", err
+		}
+		allowed = append(allowed, net.JoinHostPort(t.Host, fmt.Sprint(t.Port)))
+	}
+	cfg := map[string]any{"allowed": allowed}
+	if r.Canary != "" {
+		host, _, err := net.SplitHostPort(r.Canary)
+		if err != nil || host == "" {
+			return "", fmt.Errorf("--canary %q: want host:port, e.g. 203.0.113.10:80", r.Canary)
+		}
+		cfg["canary"] = r.Canary
+		cfg["forbidden"] = []string{host}
+	}
+	if len(r.Neighbours) > 0 {
+		cfg["neighbours"] = r.Neighbours
+	}
+	if len(r.Forbidden6) > 0 {
+		cfg["forbidden6"] = r.Forbidden6
+	}
+	if r.AttemptTimeout > 0 {
+		cfg["timeout"] = r.AttemptTimeout.String()
+	}
+	b, err := json.Marshal(cfg)
+	return string(b), err
+}
+
+// WriteTask writes the throw-away task into dir and returns its path: the
+// given image, or a FROM-scratch build context holding the probe.
+func WriteTask(dir string, r Request, matrix string) (string, error) {
+	t := map[string]any{
+		"name":        TaskName,
+		"agent_query": "verify the network isolation",
+		"internet":    false,
+		"timeout":     "2m",
+		"command":     []string{ProbeInImage, "matrix", "--config-json", matrix},
+	}
+	if r.Image != "" {
+		t["image"] = r.Image
+	} else {
+		if r.Probe == "" {
+			return "", errors.New("no sforge-probe binary: pass --probe PATH, or --image with an image that holds " + ProbeInImage)
+		}
+		data, err := os.ReadFile(r.Probe)
+		if err != nil {
+			return "", fmt.Errorf("failed to read the probe: %w; build it with `make build` or pass --probe PATH", err)
+		}
+		ctxDir := filepath.Join(dir, "context")
+		if err := os.MkdirAll(ctxDir, 0o755); err != nil {
+			return "", fmt.Errorf("failed to write the build context: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(ctxDir, "sforge-probe"), data, 0o755); err != nil {
+			return "", fmt.Errorf("failed to write the build context: %w", err)
+		}
+		df := "FROM scratch\nCOPY sforge-probe " + ProbeInImage + "\n"
+		if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(df), 0o644); err != nil {
+			return "", fmt.Errorf("failed to write the build context: %w", err)
+		}
+		t["build"] = map[string]any{"context": "context", "dockerfile": "Dockerfile"}
+	}
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "task.json")
+	return path, os.WriteFile(path, b, 0o644)
+}
+
+// FindProbe looks for sforge-probe next to the running executable, then
+// in PATH.
+func FindProbe() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sforge-probe")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("sforge-probe"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// Options tune Run.
+type Options struct {
+	Resolver       policy.Resolver
+	ResolveTimeout time.Duration
+	Log            io.Writer
+	// Diagnoser, when set, adds backend findings.
+	Diagnoser Diagnoser
+	// LookupEnv reads the caller's environment (nil: os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+}
+
+// Run plans the probe's task as `sforge run --disable-internet` would,
+// launches it on b and judges the verdicts. The report is returned also
+// when the run failed (then with an error finding and OK false).
+func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	rep := &Report{Backend: b.Name()}
+	matrix, err := MatrixConfig(r)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sforge-verify-")
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a temporary directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	taskPath, err := WriteTask(dir, r, matrix)
+	if err != nil {
+		return nil, err
+	}
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	p, err := launcher.NewPlan(launcher.Request{
+		TaskPath:        taskPath,
+		Agent:           agent.Generic,
+		DisableInternet: true,
+		Backend:         b.Name(),
+		JudgeURL:        r.JudgeURL,
+		LookupEnv: func(k string) (string, bool) {
+			switch k {
+			case launcher.EnvAPIBaseURL:
+				// --api-url is the API the probe must reach; without it
+				// no API is allowed (the generic agent has none).
+				return r.APIURL, r.APIURL != ""
+			case launcher.EnvHTTPProxy, launcher.EnvHTTPSProxy:
+				// The probe gets no proxy whatever the caller has set.
+				return "", false
+			}
+			return lookup(k)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var stdout strings.Builder
+	run, lerr := launcher.Launch(ctx, b, p, launcher.Options{
+		Resolver:       o.Resolver,
+		ResolveTimeout: o.ResolveTimeout,
+		Stdout:         &stdout,
+		Stderr:         o.Log,
+		Log:            o.Log,
+	})
+	rep.Run, rep.Image = run, p.Image
+	rep.Verdicts = ParseVerdicts(stdout.String())
+	if lerr != nil {
+		rep.Error = lerr.Error()
+		rep.Findings = append(rep.Findings, Finding{Check: "probe run", Expect: "ran under isolation", Got: "failed", Detail: lerr.Error()})
+	} else if len(rep.Verdicts) == 0 {
+		rep.Findings = append(rep.Findings, Finding{Check: "probe run", Expect: "verdicts", Got: "none", Detail: "the probe printed no verdict: " + firstLine(stdout.String())})
+	}
+	if o.Diagnoser != nil && lerr == nil {
+		rep.Findings = append(rep.Findings, o.Diagnoser.Diagnose(ctx, p, run)...)
+	}
+	rep.judge()
+	return rep, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if s == "" {
+		return "(no output)"
+	}
+	return s
+}
+
+// judge counts leaks and failed controls and sets OK.
+func (rep *Report) judge() {
+	rep.Leaks, rep.FailedControls = 0, 0
+	for _, v := range rep.Verdicts {
+		if v.Pass {
+			continue
+		}
+		if v.Expect == "reachable" {
+			rep.FailedControls++
+		} else {
+			rep.Leaks++
+		}
+	}
+	rep.OK = rep.Leaks == 0 && rep.FailedControls == 0 && len(rep.Verdicts) > 0
+	for _, f := range rep.Findings {
+		if !f.Pass && !f.Warning {
+			rep.OK = false
+		}
+	}
+}
+
+// ParseVerdicts reads the probe's JSON lines, ignoring anything else.
+func ParseVerdicts(out string) []Verdict {
+	var vs []Verdict
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var v Verdict
+		if json.Unmarshal([]byte(line), &v) == nil && v.Check != "" && v.Expect != "" {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// Summary is the one-line outcome.
+func (rep *Report) Summary() string {
+	if rep.OK {
+		return fmt.Sprintf("isolation verified on %s: %d attempts, every escape refused, every control reachable", rep.Backend, len(rep.Verdicts))
+	}
+	var failed []string
+	for _, f := range rep.Findings {
+		if !f.Pass && !f.Warning {
+			failed = append(failed, f.Check)
+		}
+	}
+	msg := fmt.Sprintf("isolation NOT verified on %s: %d leak(s), %d failed control(s)", rep.Backend, rep.Leaks, rep.FailedControls)
+	if len(failed) > 0 {
+		msg += ", failed: " + strings.Join(failed, ", ")
+	}
+	if rep.Error != "" {
+		msg += ": " + rep.Error
+	}
+	return msg
+}
+
+// WriteTable prints CHECK, TARGET, EXPECTED, GOT, RESULT.
+func (rep *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tTARGET\tEXPECTED\tGOT\tRESULT")
+	for _, v := range rep.Verdicts {
+		res := "ok"
+		switch {
+		case !v.Pass && v.Expect == "reachable":
+			res = "FAILED CONTROL"
+		case !v.Pass:
+			res = "LEAK"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Check, v.Target, v.Expect, v.Got, res)
+	}
+	for _, f := range rep.Findings {
+		res := "ok"
+		switch {
+		case !f.Pass && f.Warning:
+			res = "WARNING"
+		case !f.Pass:
+			res = "FAILED"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Check, f.Detail, f.Expect, f.Got, res)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, rep.Summary())
+	return err
+}
