@@ -107,10 +107,20 @@ func FuzzParseArgs(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	f.Add("--root /r create --pid-file=/p -b /b ctr")
 	f.Fuzz(func(t *testing.T, s string) {
-		a, err := ParseArgs(strings.Fields(s))
-		if err == nil && !a.Modifies() && a.Bundle != "" {
-			t.Fatalf("bundle %q parsed for %q", a.Bundle, a.Command)
+		args := strings.Fields(s)
+		a, err := ParseArgs(args)
+		if err != nil {
+			return
+		}
+		if !a.Modifies() && (a.Bundle != "" || a.HasPIDFile) {
+			t.Fatalf("bundle %q / pid file %q parsed for %q", a.Bundle, a.PIDFile, a.Command)
+		}
+		// The shim repeats args[:CommandIndex] (runc's global flags) for
+		// delete --force and inserts its --pid-file after the subcommand.
+		if a.Command != "" && (a.CommandIndex >= len(args) || args[a.CommandIndex] != a.Command) {
+			t.Fatalf("CommandIndex %d does not point at %q in %q", a.CommandIndex, a.Command, args)
 		}
 	})
 }
