@@ -150,39 +150,12 @@ func (d *Daemon) stop(t testing.TB) {
 			_, _ = d.Ctr(ctx, "containers", "delete", id)
 		}
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Logf("containerd (pid %d) did not stop in 20s; killing it", d.PID())
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
+	testenv.StopDaemon(t, "containerd", d.cmd, 20*time.Second)
 	if t.Failed() {
 		t.Logf("--- containerd log (tail)\n%s", d.LogTail(60))
 	}
-	unmountBelow(d.Dir)
+	testenv.UnmountBelow(d.Dir)
 	_ = os.RemoveAll(d.Dir)
-}
-
-// unmountBelow lazily unmounts every mount point under dir, deepest first.
-func unmountBelow(dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
-	}
 }
 
 // CommandOutput runs a command (for example `containerd config dump`) in

@@ -255,38 +255,10 @@ func (d *Daemon) stop(t testing.TB) {
 	if out, err := d.Docker(ctx, "ps", "-aq"); err == nil && strings.TrimSpace(out) != "" {
 		_, _ = d.Docker(ctx, append([]string{"rm", "-f"}, strings.Fields(out)...)...)
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Logf("dockerd (pid %d) did not stop in 20s; killing it", d.PID())
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
+	testenv.StopDaemon(t, "dockerd", d.cmd, 20*time.Second)
 	if t.Failed() {
 		t.Logf("--- dockerd log (tail)\n%s", d.LogTail(60))
 	}
-	unmountBelow(d.Dir)
+	testenv.UnmountBelow(d.Dir)
 	_ = os.RemoveAll(d.Dir)
-}
-
-// unmountBelow lazily unmounts every mount point under dir (overlay layers,
-// netns bind mounts, shm), deepest first.
-func unmountBelow(dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
-	}
 }

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -185,24 +184,6 @@ func (p *Podman) cleanup(t testing.TB) {
 	if out, err := p.Podman(ctx, "rm", "--all", "--force", "--time", "0"); err != nil {
 		t.Logf("podman rm --all: %v\n%s", err, out)
 	}
-	unmountBelow(p.Dir)
+	testenv.UnmountBelow(p.Dir)
 	_ = os.RemoveAll(p.Dir)
-}
-
-// unmountBelow lazily unmounts every mount point under dir, deepest first.
-func unmountBelow(dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
-	}
 }
