@@ -115,6 +115,16 @@ func (e *Engine) Plan(op installer.Op) (installer.Plan, error) {
 		if runtimes, err = parseObject(raw); err != nil {
 			return p, fmt.Errorf("failed to parse %s: \"runtimes\": %w", path, err)
 		}
+		// dockerd refuses a runtime that is not {"path": "...", ...}; so
+		// do we, rather than write a file it will not load.
+		for _, m := range runtimes.members {
+			var rt struct {
+				Path string `json:"path"`
+			}
+			if err := json.Unmarshal(m.raw, &rt); err != nil {
+				return p, fmt.Errorf("failed to parse %s: \"runtimes\".%q must be an object like {\"path\": \"/usr/bin/runc\"}: %w; fix the JSON first", path, m.key, err)
+			}
+		}
 	}
 	cur, registered := runtimes.get(installer.RuntimeName)
 	want, _ := json.Marshal(e.runtimeEntry())

@@ -454,3 +454,19 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanRefusesMalformedRuntime: a runtimes entry dockerd would refuse is
+// reported, not built upon (found by FuzzPlan).
+func TestPlanRefusesMalformedRuntime(t *testing.T) {
+	for _, in := range []string{`{"runtimes":{"":""}}`, `{"runtimes":{"runc":{"path":1}}}`} {
+		path := filepath.Join(t.TempDir(), "daemon.json")
+		if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e := &Engine{Options: installer.Options{Prefix: "/p"}, ConfigPath: path}
+		_, err := e.Plan(installer.Install)
+		if err == nil || !strings.Contains(err.Error(), `must be an object like {"path": "/usr/bin/runc"}`) || !strings.Contains(err.Error(), "fix the JSON first") {
+			t.Fatalf("Plan(%s) error = %v", in, err)
+		}
+	}
+}
