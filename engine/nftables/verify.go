@@ -24,6 +24,14 @@ func verify(c *nftables.Conn, p *plan) error {
 	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == p.table.Name }) {
 		return engine.ErrNotInstalled
 	}
+	return verifyContent(c, p)
+}
+
+// verifyContent is verify without looking for the table first: for
+// Install, whose acknowledged batch created it. A listing of every table
+// would add a round trip to each install and tell nothing the chains'
+// listing does not (a missing table has no chains).
+func verifyContent(c *nftables.Conn, p *plan) error {
 	if err := verifyChains(c, p); err != nil {
 		return err
 	}
