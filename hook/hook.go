@@ -25,6 +25,14 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
+// BeforeInstall, when set, runs just before the rules of an isolated
+// container go in, and only then. cmd/sforge-hook sets it to run the rest
+// of the hook with one P: what that costs (the Go runtime stops the world
+// to change it, about 0.1 ms of a fresh process here) is then not paid by
+// the runs that have nothing to do (poststop of a private namespace, a
+// container without an allowlist).
+var BeforeInstall func()
+
 // Main runs the hook with the process's arguments (program name first) and
 // returns the exit status. Failures are one line on stderr.
 func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) string) int {
@@ -157,6 +165,9 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	if shared {
 		return refuse("the container's network namespace is the host's (--network host)",
 			"give the container a network of its own (not --network host)")
+	}
+	if BeforeInstall != nil {
+		BeforeInstall()
 	}
 	eng, err := h.engine()
 	if err != nil {
