@@ -33,6 +33,8 @@ import (
 
 const concurrentContainers = 32
 
+const dockerScenario = "dockerd 20.10, --runtime sforge"
+
 // burst starts n functions at once (after all are ready) and returns their
 // durations and errors.
 func burst(n int, f func(i int) error) ([]time.Duration, []error) {
@@ -63,7 +65,12 @@ type concurrentResult struct {
 	started, failures int
 	start, isolation  timing.Samples
 	cpu               timing.Samples // the install's CPU time
-	leftover          string
+	// waited and preempted count the installs during which the shim's
+	// thread waited (a voluntary context switch) or was preempted (an
+	// involuntary one), as its log says; moved, those the Go runtime
+	// moved to another thread.
+	waited, preempted, moved int
+	leftover                 string
 }
 
 func (r concurrentResult) String() string {
@@ -78,8 +85,8 @@ func (r concurrentResult) String() string {
 	q := func(s timing.Samples) string {
 		return fmt.Sprintf("%s %s %s %s %s", timing.Ms(s.Median()), timing.Ms(s.Quantile(0.75)), timing.Ms(s.Quantile(0.9)), timing.Ms(s.Quantile(0.99)), timing.Ms(s.Quantile(1)))
 	}
-	return fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s",
-		r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio, "", q(r.cpu), cpuRatio, orNone(r.leftover))
+	return fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
+		r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio, "", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
 }
 
 func orNone(s string) string {
@@ -87,6 +94,36 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+var shimSwitchesRe = regexp.MustCompile(`container (\S+): isolated before start \(.* switches=(\S+) `)
+
+// shimSwitches counts, among the ids, the installs during which the shim
+// waited (voluntary context switches) and was preempted (involuntary).
+func shimSwitches(tb testing.TB, log string, ids []string) (waited, preempted, moved int) {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got := map[string][3]bool{}
+	for _, m := range shimSwitchesRe.FindAllStringSubmatch(string(b), -1) {
+		v, i, ok := strings.Cut(m[2], "/")
+		got[m[1]] = [3]bool{v != "0", i != "0", !ok}
+	}
+	for _, id := range ids {
+		switch g := got[id]; {
+		case g[2]:
+			moved++
+		default:
+			if g[0] {
+				waited++
+			}
+			if g[1] {
+				preempted++
+			}
+		}
+	}
+	return waited, preempted, moved
 }
 
 // shimInstallTimes reads the install time (wall and CPU) of each container
@@ -128,13 +165,27 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 	busybox := testenv.RequireBinary(b, "busybox")
 	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
 	bursts := rounds(5)
+	// SFORGE_BENCH_ONLY=<regexp> keeps the scenarios whose name matches.
+	keep := func(string) bool { return true }
+	if only := os.Getenv("SFORGE_BENCH_ONLY"); only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			b.Fatalf("SFORGE_BENCH_ONLY: %v", err)
+		}
+		keep = re.MatchString
+	}
 
 	var results []concurrentResult
 	for _, shared := range []bool{false, true} {
 		name := "runc, private netns each"
-		netns := ""
 		if shared {
 			name = "runc, one netns by path for all"
+		}
+		if !keep(name) {
+			continue
+		}
+		netns := ""
+		if shared {
 			netns = testenv.NewNetNS(b).Path()
 		}
 		log := filepath.Join(dir, fmt.Sprintf("runtime-%v.log", shared))
@@ -199,6 +250,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 			}
 		}
 		res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 		if shared {
 			n, err := nsFromPath(netns)
 			if err != nil {
@@ -209,7 +261,9 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		}
 		results = append(results, res)
 	}
-	results = append(results, concurrentDocker(b, dir, shimBin, hookBin, runc, busybox, allow, max(1, bursts/2)))
+	if keep(dockerScenario) {
+		results = append(results, concurrentDocker(b, dir, shimBin, hookBin, runc, busybox, allow, max(1, bursts/2)))
+	}
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d isolated containers started at once (nftables, 4 entries), %d bursts (%d for dockerd); load average %s\n", concurrentContainers, bursts, max(1, bursts/2), loadAvg())
@@ -262,7 +316,7 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 	}
 	const image = "sforge-bench/busybox:1"
 	d.ImportImage(b, image, rootfs)
-	res := concurrentResult{name: "dockerd 20.10, --runtime sforge"}
+	res := concurrentResult{name: dockerScenario}
 	var ids []string
 	for round := range bursts {
 		names := make([]string, concurrentContainers)
@@ -306,6 +360,7 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 		cancel()
 	}
 	res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+	res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 	if out, err := exec.Command("grep", "-c", "level=error", log).Output(); err == nil && strings.TrimSpace(string(out)) != "0" {
 		b.Errorf("the shim logged errors:\n%s", out)
 	}

@@ -87,9 +87,9 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 	}
 	start := time.Now()
 	runcTime := start.Sub(begin)
-	cpu0 := cpuTime()
+	cpu0, sw0 := cpuTime(), switches()
 	rep, err := s.install(a, args, pidFile, p, eng)
-	installCPU := cpuTime() - cpu0
+	installCPU, sw1 := cpuTime()-cpu0, switches()
 	if err != nil {
 		if derr := s.deleteContainer(a, args); derr != nil {
 			err = errors.Join(err, derr)
@@ -97,9 +97,9 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		return err
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s spec=%s runc=%s), %s dropped",
+		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s runc=%s), %s dropped",
 			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
-			rep.Duration.Round(time.Microsecond), installCPU.Round(time.Microsecond), time.Since(start).Round(time.Microsecond),
+			rep.Duration.Round(time.Microsecond), installCPU.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), sw1.since(sw0),
 			p.prepared.Round(time.Microsecond), runcTime.Round(time.Microsecond), dropCapability)
 	}
 	return nil
@@ -269,4 +269,31 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// threadSwitches are the calling thread's context switches so far:
+// voluntary (it waited for something) and involuntary (it was preempted),
+// and the thread. The install's share shows where its wall time went when
+// that is far above its CPU time on a busy host.
+type threadSwitches struct {
+	tid                    int
+	voluntary, involuntary int64
+}
+
+func switches() threadSwitches {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return threadSwitches{}
+	}
+	return threadSwitches{tid: unix.Gettid(), voluntary: ru.Nvcsw, involuntary: ru.Nivcsw}
+}
+
+// since renders the switches between a and s as "voluntary/involuntary",
+// or "moved" when the install did not stay on one thread (the Go runtime
+// moved its goroutine, itself a wait for the other thread to run).
+func (s threadSwitches) since(a threadSwitches) string {
+	if s.tid != a.tid {
+		return "moved"
+	}
+	return fmt.Sprintf("%d/%d", s.voluntary-a.voluntary, s.involuntary-a.involuntary)
 }
