@@ -17,7 +17,9 @@ func TestVerifyFlags(t *testing.T) {
 	}{
 		{[]string{}, "--judge-url is required"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "nomad"}, `--backend "nomad"`},
-		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "k8s"}, "--backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "k8s"}, "--backend k8s needs --image"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--namespace", "a"}, "--namespace only apply to --backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--backend", "k8s", "--dns-to", "all"}, "--dns-to"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "-o", "yaml"}, `--output "yaml"`},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--attempt-timeout", "1h"}, "--attempt-timeout"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--canary", "nope"}, "--canary"},
