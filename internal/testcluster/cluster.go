@@ -127,6 +127,10 @@ type Options struct {
 	// CaptureCNI records what containerd passes to sforge-cni (see
 	// Cluster.CNICaptures).
 	CaptureCNI bool
+	// SforgeCNIEvents gives sforge-cni the node's kubeconfig as
+	// eventKubeconfig, so that it records its enforcement Event on each
+	// isolated Pod (what `sforge verify --backend k8s` reads).
+	SforgeCNIEvents bool
 	// Probe is the static sforge-probe binary put at ProbePath in
 	// ProbeImage. Empty: no probe image.
 	Probe string
@@ -255,6 +259,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	// unmounts) before anything is killed.
 	t.Cleanup(func() { c.drain(t) })
 
+	if o.SforgeCNI != "" && o.SforgeCNIEvents {
+		phase("give sforge-cni API access for its events", c.enableSforgeCNIEvents)
+	}
 	phase("start containerd", func() error { return c.startContainerd(t) })
 	phase("import the images", c.importImages)
 	phase("start the kubelet", func() error { return c.startKubelet(t) })
@@ -532,7 +539,7 @@ func (c *Cluster) setupCNI() error {
 			return err
 		}
 	}
-	conflist := filepath.Join(c.CNIConfDir, "10-sforge-node.conflist")
+	conflist := filepath.Join(c.CNIConfDir, conflistName)
 	if err := writeJSON(conflist, baseConflist(c.Dir, c.CNIName)); err != nil {
 		return err
 	}

@@ -140,7 +140,7 @@ func (d *Diagnoser) sforgeCNI(ctx context.Context, p *launcher.Plan, leaks int, 
 	if evErr != nil {
 		noEvent += " (" + evErr.Error() + ")"
 	} else {
-		noEvent += " (sforge-cni records one only when its netconf has eventKubeconfig or kubeconfig)"
+		noEvent += " (sforge-cni records one only when its netconf has eventKubeconfig)"
 	}
 	switch {
 	case leaks > 0:

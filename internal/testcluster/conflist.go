@@ -1,0 +1,101 @@
+package testcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// conflistName is the node's only CNI configuration file.
+const conflistName = "10-sforge-node.conflist"
+
+// UnchainSforgeCNI takes sforge-cni out of the node's conflist until the
+// test ends, then puts the original back: Pods created meanwhile get
+// bridge + host-local only, a CNI that enforces nothing (not even
+// NetworkPolicy). containerd's CRI plugin watches its conf_dir and
+// reloads the configuration on every change; the file is replaced by a
+// rename, so it never sees a half-written one. Callers prove the change
+// took effect from sforge-cni's capture (no ADD for their Pod).
+func (c *Cluster) UnchainSforgeCNI(t testing.TB) {
+	t.Helper()
+	path := filepath.Join(c.CNIConfDir, conflistName)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list map[string]any
+	if err := json.Unmarshal(orig, &list); err != nil {
+		t.Fatalf("testcluster: failed to parse %s: %v", path, err)
+	}
+	plugins, _ := list["plugins"].([]any)
+	var kept []any
+	for _, p := range plugins {
+		if m, ok := p.(map[string]any); ok && m["type"] == "sforge-cni" {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if len(kept) == len(plugins) {
+		t.Fatalf("testcluster: %s has no sforge-cni entry to remove", path)
+	}
+	list["plugins"] = kept
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replaceFile(path, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := replaceFile(path, orig); err != nil {
+			t.Errorf("testcluster: failed to put sforge-cni back into the conflist: %v", err)
+		}
+	})
+}
+
+// replaceFile writes data next to path (a name libcni does not load) and
+// renames it over path.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("failed to write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("failed to replace %s: %w", path, err)
+	}
+	return nil
+}
+
+// enableSforgeCNIEvents sets eventKubeconfig in sforge-cni's conflist
+// entry to the node's kubeconfig (the control plane's, reachable from the
+// node's namespace where containerd runs the plugin). It runs before
+// containerd starts, so no Pod ever sees the conflist without it.
+func (c *Cluster) enableSforgeCNIEvents() error {
+	path := filepath.Join(c.CNIConfDir, conflistName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var list map[string]any
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	plugins, _ := list["plugins"].([]any)
+	found := false
+	for _, p := range plugins {
+		if m, ok := p.(map[string]any); ok && m["type"] == "sforge-cni" {
+			m["eventKubeconfig"] = c.Control.Kubeconfig("system:node:" + c.NodeName)
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("%s has no sforge-cni entry", path)
+	}
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	return replaceFile(path, b)
+}
