@@ -145,7 +145,7 @@ func (d *Diagnoser) sforgeCNI(ctx context.Context, p *launcher.Plan, leaks int, 
 	switch {
 	case leaks > 0:
 		f.Got = "not enforced"
-		f.Detail = fmt.Sprintf("%d escape(s) got through and %s: sforge-cni did not enforce the allowlist for this Pod. Chain it on every node with `sforge install --cni` (the conflist entry needs the io.kubernetes.cri.pod-annotations capability) and check `sforge doctor` there", leaks, noEvent)
+		f.Detail = fmt.Sprintf("%d escape(s) got through and %s: sforge-cni did not enforce the allowlist for this Pod. Chain it on every node with `sforge install --cni` (the conflist entry needs the io.kubernetes.cri.pod-annotations capability) and check `sforge doctor --cni` there", leaks, noEvent)
 	case reached == "":
 		f.Got, f.Warning = "unknown", true
 		f.Detail = noEvent + "; and the probe reached no positive control, so the refusals prove nothing (see the failed control)"
