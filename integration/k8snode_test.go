@@ -51,6 +51,8 @@ func TestK8sNode(t *testing.T) {
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
 		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
 		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
+		// Removes sforge-cni's eventKubeconfig while it runs.
+		t.Run("sforge verify inferred", func(t *testing.T) { testNodeVerifyInferred(t, c, ns) })
 		// Takes sforge-cni out of the conflist while it runs.
 		t.Run("sforge verify without sforge-cni", func(t *testing.T) { testNodeVerifyWithoutSforgeCNI(t, c, ns) })
 		t.Run("admission", func(t *testing.T) { testNodeAdmission(t, c, ns) })

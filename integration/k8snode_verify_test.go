@@ -30,6 +30,14 @@ const nodeVerifyPod = verify.TaskName
 // targets that must stay unreachable.
 func runNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) (int, verifyReport, string) {
 	t.Helper()
+	code, out, stderr := runNodeVerifyOutput(t, c, ns, "json")
+	return code, parseVerifyReport(t, out), stderr
+}
+
+// runNodeVerifyOutput runs verify with -o output and returns its exit
+// code, stdout and stderr.
+func runNodeVerifyOutput(t *testing.T, c *testcluster.Cluster, ns, output string) (int, string, string) {
+	t.Helper()
 	sforge := testbin.Build(t, "./cmd/sforge")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -41,7 +49,7 @@ func runNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) (int, verify
 		"--canary", internetTarget,
 		"--ipv6-target", testcluster.JudgeIP6,
 		"--neighbour", testcluster.NodeIP,
-		"-o", "json")
+		"-o", output)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -55,7 +63,7 @@ func runNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) (int, verify
 		t.Fatalf("sforge verify: %v\nstderr:\n%s", err, errb.String())
 	}
 	t.Logf("sforge verify --backend k8s exited %d after %s; stderr:\n%s", code, time.Since(start).Round(time.Millisecond), errb.String())
-	return code, parseVerifyReport(t, out.String()), errb.String()
+	return code, out.String(), errb.String()
 }
 
 func finding(t *testing.T, rep verifyReport, check string) (got, detail string, pass, warning bool) {
@@ -231,6 +239,45 @@ func testNodeVerifyWithoutSforgeCNI(t *testing.T, c *testcluster.Cluster, ns str
 	t.Logf("judge counters (packets): %v", cnt)
 	if cnt[testcluster.CounterForbidden4] == 0 {
 		t.Error("no forbidden packet reached the judge namespace: the reported leaks are not confirmed")
+	}
+	requireVerifyCleanedUp(t, c, ns)
+}
+
+// testNodeVerifyInferred: sforge-cni without eventKubeconfig records no
+// Event; verify then infers the enforcement (every escape refused while
+// bridge enforces no NetworkPolicy) and says so. The table output shows
+// the NetworkPolicy warning and the one-line verdict.
+func testNodeVerifyInferred(t *testing.T, c *testcluster.Cluster, ns string) {
+	c.WithoutSforgeCNIEvents(t)
+	code, out, stderr := runNodeVerifyOutput(t, c, ns, "table")
+	t.Logf("table:\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	lines := strings.Split(out, "\n")
+	hasLine := func(words ...string) bool {
+		for _, l := range lines {
+			ok := true
+			for _, w := range words {
+				ok = ok && strings.Contains(l, w)
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	if !hasLine(k8slauncher.FindingNetworkPolicy, "not enforced", "WARNING") {
+		t.Errorf("table lacks the NetworkPolicy warning")
+	}
+	if !hasLine(k8slauncher.FindingSforgeCNI, "enforced (inferred)", "inferred: every escape was refused", "ok") {
+		t.Errorf("table lacks the inferred sforge-cni finding")
+	}
+	if hasLine("LEAK") || hasLine("FAILED") {
+		t.Errorf("table shows a leak or a failure")
+	}
+	if !hasLine("isolation verified on k8s") {
+		t.Errorf("table lacks the one-line verdict")
 	}
 	requireVerifyCleanedUp(t, c, ns)
 }
