@@ -266,8 +266,8 @@ func Start(t testing.TB, o Options) *Cluster {
 	// unmounts) before anything is killed.
 	t.Cleanup(func() { c.drain(t) })
 
-	if o.SforgeCNI != "" && o.SforgeCNIEvents {
-		phase("give sforge-cni API access for its events", c.enableSforgeCNIEvents)
+	if o.SforgeCNI != "" {
+		phase("chain sforge-cni (sforge install --cni)", c.chainSforgeCNI)
 	}
 	phase("start containerd", func() error { return c.startContainerd(t) })
 	phase("import the images", c.importImages)
@@ -550,10 +550,19 @@ func (c *Cluster) setupCNI() error {
 	if err := writeJSON(conflist, baseConflist(c.Dir, c.CNIName)); err != nil {
 		return err
 	}
-	if c.opts.SforgeCNI == "" {
-		return nil
+	return nil
+}
+
+// chainSforgeCNI runs once the control plane is up (its kubeconfig is
+// sforge-cni's eventKubeconfig) and before containerd starts, so that no
+// Pod ever sees the conflist without the plugin.
+func (c *Cluster) chainSforgeCNI() error {
+	var events string
+	if c.opts.SforgeCNIEvents {
+		events = c.Control.Kubeconfig("system:node:" + c.NodeName)
 	}
-	if err := installSforgeCNI(c.opts.Sforge, c.opts.SforgeCNI, filepath.Join(c.Dir, "sforge"), c.CNIBinDir, conflist, c.CNILog); err != nil {
+	conflist := filepath.Join(c.CNIConfDir, conflistName)
+	if err := installSforgeCNI(c.opts.Sforge, c.opts.SforgeCNI, filepath.Join(c.Dir, "sforge"), c.CNIBinDir, conflist, c.CNILog, events); err != nil {
 		return err
 	}
 	if c.opts.CaptureCNI {
@@ -564,12 +573,12 @@ func (c *Cluster) setupCNI() error {
 
 // installSforgeCNI chains sforge-cni into the node's existing conflist
 // the way users do: `sforge install --cni` with the plugin under a
-// --prefix of the cluster's, the node's CNI directories and the conflist.
-// Only then does the harness add "logFile" to the entry the installer
+// --prefix of the cluster's, the node's CNI directories and the conflist
+// (and --cni-event-kubeconfig when events is set). Only then does the harness add "logFile" to the entry the installer
 // wrote, so that the plugin's log stays with the cluster's (the default
 // is a host path); the capabilities stay as installed, and the tests
 // assert what the runtime passed through them.
-func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile string) error {
+func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile, events string) error {
 	data, err := os.ReadFile(plugin)
 	if err != nil {
 		return fmt.Errorf("failed to read %s: %w", plugin, err)
@@ -582,6 +591,9 @@ func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile string) 
 	}
 	cmd := exec.Command(sforge, "install", "--cni", "--prefix", prefix,
 		"--cni-bin-dir", binDir, "--cni-conf-dir", filepath.Dir(conflist), "--cni-conflist", conflist)
+	if events != "" {
+		cmd.Args = append(cmd.Args, "--cni-event-kubeconfig", events)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sforge install --cni: %w: %s", err, bytes.TrimSpace(out))
 	}

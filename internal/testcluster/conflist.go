@@ -92,35 +92,3 @@ func replaceFile(path string, data []byte) error {
 	}
 	return nil
 }
-
-// enableSforgeCNIEvents sets eventKubeconfig in sforge-cni's conflist
-// entry to the node's kubeconfig (the control plane's, reachable from the
-// node's namespace where containerd runs the plugin). It runs before
-// containerd starts, so no Pod ever sees the conflist without it.
-func (c *Cluster) enableSforgeCNIEvents() error {
-	path := filepath.Join(c.CNIConfDir, conflistName)
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var list map[string]any
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return fmt.Errorf("failed to parse %s: %w", path, err)
-	}
-	plugins, _ := list["plugins"].([]any)
-	found := false
-	for _, p := range plugins {
-		if m, ok := p.(map[string]any); ok && m["type"] == "sforge-cni" {
-			m["eventKubeconfig"] = c.Control.Kubeconfig("system:node:" + c.NodeName)
-			found = true
-		}
-	}
-	if !found {
-		return fmt.Errorf("%s has no sforge-cni entry", path)
-	}
-	b, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
-	}
-	return replaceFile(path, b)
-}

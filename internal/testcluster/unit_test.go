@@ -232,7 +232,7 @@ func TestInstallSforgeCNIAppends(t *testing.T) {
 	// The user's path: the built `sforge install --cni`.
 	sforge := testbin.Build(t, "./cmd/sforge")
 	bin := filepath.Join(dir, "bin")
-	if err := installSforgeCNI(sforge, plugin, filepath.Join(dir, "prefix"), bin, conflist, "/log"); err != nil {
+	if err := installSforgeCNI(sforge, plugin, filepath.Join(dir, "prefix"), bin, conflist, "/log", ""); err != nil {
 		t.Fatal(err)
 	}
 	var list struct {
