@@ -254,11 +254,11 @@ func chunks[T any](s []T, n int) func(yield func([]T) bool) {
 // The socket is opened on the calling goroutine's own thread, which enters
 // the namespace for the socket() call only and returns at once (a netlink
 // socket stays in the namespace it was opened in). The library's NetNS
-// option would do the same on a helper goroutine, and every goroutine
-// switch is a point where the install can lose its thread and wait for
-// another to be scheduled: on a host starting many containers at once,
-// that wait, not the work, made the slowest installs tens of times slower
-// than the median.
+// option does the same on a helper goroutine: a goroutine switch at every
+// install, one more point where the Go scheduler can move the install to
+// another thread, which on a busy host means waiting for that thread to
+// be scheduled. (Threads the runtime starts meanwhile come from its
+// template thread, not from this one, while it is locked.)
 func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), error) {
 	fd, err := openNetNS(path)
 	if err != nil {
