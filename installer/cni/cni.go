@@ -284,6 +284,18 @@ func parse(b []byte, path string) (*conflist, []json.RawMessage, error) {
 	if err := json.Unmarshal(raw, &plugins); err != nil {
 		return nil, nil, fmt.Errorf("%s: \"plugins\" is not a list: %w", path, err)
 	}
+	// Each entry must be an object whose type is a string, as the
+	// runtime's libcni reads it (Go's JSON matches "type" in any case, so
+	// {"tYpe": {}} counts): chaining onto a list it cannot load would
+	// only move the failure to the next Pod's ADD.
+	for i, p := range plugins {
+		var t struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(p, &t); err != nil {
+			return nil, nil, fmt.Errorf("%s: plugins[%d] is not a CNI plugin entry: %w", path, i, err)
+		}
+	}
 	return c, plugins, nil
 }
 
