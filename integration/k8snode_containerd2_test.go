@@ -23,8 +23,10 @@ import (
 // admission parts of TestK8sNode do not depend on the runtime and are not
 // repeated. Afterwards nothing of the cluster may be left on the host.
 func TestK8sNodeContainerd2(t *testing.T) {
-	before := testcluster.SnapshotHost()
-	var id string
+	var (
+		id     string
+		before testcluster.HostState
+	)
 	t.Run("node", func(t *testing.T) {
 		c := testcluster.Start(t, testcluster.Options{
 			SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
@@ -32,7 +34,7 @@ func TestK8sNodeContainerd2(t *testing.T) {
 			Probe:      testbin.Build(t, "./cmd/sforge-probe"),
 			Containerd: testcluster.Containerd2,
 		})
-		id = c.ID
+		id, before = c.ID, c.HostBefore
 		// The kubelet talks to containerd 2, not to a 1.6 found on PATH.
 		n, err := c.Client(t).CoreV1().Nodes().Get(context.Background(), c.NodeName, metav1.GetOptions{})
 		if err != nil {
@@ -40,7 +42,8 @@ func TestK8sNodeContainerd2(t *testing.T) {
 		}
 		rv := n.Status.NodeInfo.ContainerRuntimeVersion
 		t.Logf("node runtime: %s", rv)
-		if want := "containerd://v" + testcluster.Containerd2Version; rv != want {
+		// CRI reports the version without its "v".
+		if want := "containerd://" + testcluster.Containerd2Version; rv != want {
 			t.Fatalf("node reports runtime %q, want %q", rv, want)
 		}
 		const ns = "agents"
@@ -52,7 +55,7 @@ func TestK8sNodeContainerd2(t *testing.T) {
 	if id == "" {
 		return
 	}
-	if left := testcluster.Leftovers(id, before); len(left) > 0 {
+	if left := testcluster.LeftoversLocked(t, id, before); len(left) > 0 {
 		t.Errorf("left on the host after the cluster's teardown:\n%s", strings.Join(left, "\n"))
 	}
 }

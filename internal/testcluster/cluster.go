@@ -176,6 +176,11 @@ type Cluster struct {
 	capturePath string
 	// Startup records how long each phase of Start took.
 	Startup map[string]time.Duration
+	// HostBefore is the host's state when this cluster took the machine's
+	// lock, before it changed anything: what Leftovers compares with. A
+	// snapshot taken before Start may see another cluster's changes while
+	// that one still runs (another test package waiting on the lock).
+	HostBefore HostState
 }
 
 // Start brings the cluster up and registers its teardown. Missing
@@ -204,6 +209,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		CNIName:  dirPrefix + id,
 		opts:     o,
 		Startup:  map[string]time.Duration{},
+		// Under the lock, after stale clusters were torn down.
+		HostBefore: SnapshotHost(),
 	}
 	c.NetNS = "/run/netns/" + c.NodeName
 	t.Logf("testcluster: starting node %s in %s", c.NodeName, c.Dir)
