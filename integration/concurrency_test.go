@@ -11,7 +11,6 @@ import (
 
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbundle"
-	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -71,14 +70,8 @@ func TestConcurrentHookIPTables(t *testing.T) {
 func TestConcurrentDocker(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
-	d := testdocker.Start(t, testdocker.Options{})
-	regWorld(t, d.NetNS)
-	env := []string{"DOCKER_HOST=" + d.Host}
-	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil {
-		t.Fatalf("sforge install --docker: %v\n%s", err, out)
-	}
 	const image = "sforge-test/conc:1"
-	d.ImportImage(t, image, regRootfs(t, prefix))
+	d := regDockerWithSforge(t, prefix, image)
 	checks := map[string]bool{"tcp " + regJudgeTCP: true, "tcp " + regInternetTCP: false, "tcp " + regJudgeOther: false}
 	args := append([]string{"run", "--rm", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, image, "/sforge-probe"}, regProbeArgs(checks)...)
 

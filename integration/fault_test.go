@@ -12,7 +12,6 @@ import (
 
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbundle"
-	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testnet"
 	"github.com/sforge-dev/netiso/policy"
@@ -200,14 +199,8 @@ func TestFaultNetNSGoneBeforePoststop(t *testing.T) {
 func TestFaultDockerdRestart(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
-	d := testdocker.Start(t, testdocker.Options{})
-	regWorld(t, d.NetNS)
-	env := []string{"DOCKER_HOST=" + d.Host}
-	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil {
-		t.Fatalf("sforge install --docker: %v\n%s", err, out)
-	}
 	const image = "sforge-test/fault:1"
-	d.ImportImage(t, image, regRootfs(t, prefix))
+	d := regDockerWithSforge(t, prefix, image)
 	checks := map[string]bool{"tcp " + regJudgeTCP: true, "tcp " + regInternetTCP: false, "tcp " + regJudgeOther: false}
 	create := func(t *testing.T, name string) {
 		t.Helper()
@@ -224,7 +217,7 @@ func TestFaultDockerdRestart(t *testing.T) {
 	})
 	t.Run("runtime gone after the restart: refused", func(t *testing.T) {
 		create(t, "c2")
-		if out, err := regSforge(t, prefix, env, "uninstall", "--docker", "--docker-config", d.ConfigFile); err != nil {
+		if out, err := regSforge(t, prefix, []string{"DOCKER_HOST=" + d.Host}, "uninstall", "--docker", "--docker-config", d.ConfigFile); err != nil {
 			t.Fatalf("sforge uninstall: %v\n%s", err, out)
 		}
 		d.Restart(t)

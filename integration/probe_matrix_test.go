@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/sforge-dev/netiso/internal/testbundle"
-	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testnet"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
@@ -189,14 +188,8 @@ func dockerMatrixOpen(nb4, nb6 string) []string {
 func TestProbeMatrixDocker(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
-	d := testdocker.Start(t, testdocker.Options{})
-	regWorld(t, d.NetNS)
-	env := []string{"DOCKER_HOST=" + d.Host}
-	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil {
-		t.Fatalf("sforge install --docker: %v\n%s", err, out)
-	}
 	const image = "sforge-test/matrix:1"
-	d.ImportImage(t, image, regRootfs(t, prefix))
+	d := regDockerWithSforge(t, prefix, image)
 	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
 	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
 	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))

@@ -49,21 +49,7 @@ func TestRuntimeContainerd(t *testing.T) {
 		t.Fatalf("containerd does not read runtime sforge from the installed config: %v\n%s", err, dump)
 	}
 
-	checks := map[string]bool{
-		"tcp " + regJudgeTCP:          true,
-		"tcp " + regJudgeOther:        false,
-		"udp " + regJudgeUDP:          false,
-		"icmp " + regJudge4:           false,
-		"tcp " + regInternetTCP:       false,
-		"tcp6 " + regJudge6TCP:        false,
-		"tcp " + nb.IPv4 + ":9000":    false,
-		"tcp6 [" + nb.IPv6 + "]:9000": false,
-		"loopback 127.0.0.1":          true,
-	}
-	open := map[string]bool{}
-	for k := range checks {
-		open[k] = true
-	}
+	checks, open := regRuntimeChecks(nb.IPv4, nb.IPv6)
 	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status"
 	n := 0
 	run := func(t *testing.T, flags []string, command ...string) (string, error) {

@@ -55,21 +55,7 @@ func TestRuntimeDocker(t *testing.T) {
 		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
 	}
 
-	checks := map[string]bool{
-		"tcp " + regJudgeTCP:      true,
-		"tcp " + regJudgeOther:    false,
-		"udp " + regJudgeUDP:      false,
-		"icmp " + regJudge4:       false,
-		"tcp " + regInternetTCP:   false,
-		"tcp6 " + regJudge6TCP:    false,
-		"tcp " + nb4 + ":9000":    false,
-		"tcp6 [" + nb6 + "]:9000": false,
-		"loopback 127.0.0.1":      true,
-	}
-	open := map[string]bool{}
-	for k := range checks {
-		open[k] = true
-	}
+	checks, open := regRuntimeChecks(nb4, nb6)
 	// One container per mode: the probe matrix, then the capabilities,
 	// then the neighbour's name through the embedded DNS (127.0.0.11).
 	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") +

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sforge-dev/netiso/internal/testdocker"
 	"net"
 	"os"
 	"os/exec"
@@ -233,6 +234,45 @@ func regExpect(t *testing.T, out string, want map[string]bool) {
 }
 
 // regProbeArgs turns a check list into the probe's argv.
+// regDockerWithSforge starts a private dockerd wired to the world,
+// registers the sforge runtime the way users do (`sforge install
+// --docker`) and imports the probe image under the given name.
+func regDockerWithSforge(t *testing.T, prefix, image string) *testdocker.Daemon {
+	t.Helper()
+	d := testdocker.Start(t, testdocker.Options{})
+	regWorld(t, d.NetNS)
+	env := []string{"DOCKER_HOST=" + d.Host}
+	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil {
+		t.Fatalf("sforge install --docker: %v\n%s", err, out)
+	}
+	d.ImportImage(t, image, regRootfs(t, prefix))
+	return d
+}
+
+// regRuntimeChecks is the matrix every runtime acceptance test (Docker,
+// podman, containerd) runs in its isolated container: the allowed judge
+// port reached, everything else of the world and the neighbour (nb4, nb6)
+// refused, loopback kept. open is the same checks all expected reachable,
+// for the control container without an allowlist.
+func regRuntimeChecks(nb4, nb6 string) (checks, open map[string]bool) {
+	checks = map[string]bool{
+		"tcp " + regJudgeTCP:      true,
+		"tcp " + regJudgeOther:    false,
+		"udp " + regJudgeUDP:      false,
+		"icmp " + regJudge4:       false,
+		"tcp " + regInternetTCP:   false,
+		"tcp6 " + regJudge6TCP:    false,
+		"tcp " + nb4 + ":9000":    false,
+		"tcp6 [" + nb6 + "]:9000": false,
+		"loopback 127.0.0.1":      true,
+	}
+	open = map[string]bool{}
+	for k := range checks {
+		open[k] = true
+	}
+	return checks, open
+}
+
 func regProbeArgs(checks map[string]bool) []string {
 	var args []string
 	for k := range checks {

@@ -42,21 +42,7 @@ func TestRuntimePodman(t *testing.T) {
 	if nb4 == "" || nb6 == "" {
 		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
 	}
-	checks := map[string]bool{
-		"tcp " + regJudgeTCP:      true,
-		"tcp " + regJudgeOther:    false,
-		"udp " + regJudgeUDP:      false,
-		"icmp " + regJudge4:       false,
-		"tcp " + regInternetTCP:   false,
-		"tcp6 " + regJudge6TCP:    false,
-		"tcp " + nb4 + ":9000":    false,
-		"tcp6 [" + nb6 + "]:9000": false,
-		"loopback 127.0.0.1":      true,
-	}
-	open := map[string]bool{}
-	for k := range checks {
-		open[k] = true
-	}
+	checks, open := regRuntimeChecks(nb4, nb6)
 	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status"
 	annotation := policy.AnnotationAssignment(regAllowlist)
 

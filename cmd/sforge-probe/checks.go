@@ -132,6 +132,13 @@ func checkICMP(target string, timeout time.Duration) error {
 	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
 		return fmt.Errorf("failed to send an echo request: %w", err)
 	}
+	return awaitEchoReply(fd, 0, timeout)
+}
+
+// awaitEchoReply reads the socket until an ICMP message of type reply (0
+// for ICMPv4, 129 for ICMPv6) arrives or the timeout (also set as the
+// socket's SO_RCVTIMEO) passes.
+func awaitEchoReply(fd int, reply byte, timeout time.Duration) error {
 	buf := make([]byte, 1500)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -145,7 +152,7 @@ func checkICMP(target string, timeout time.Duration) error {
 		if err != nil {
 			return fmt.Errorf("failed to receive an echo reply: %w", err)
 		}
-		if n >= 8 && buf[0] == 0 { // echo reply
+		if n >= 8 && buf[0] == reply {
 			return nil
 		}
 	}

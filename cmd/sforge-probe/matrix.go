@@ -487,24 +487,7 @@ func checkICMP6(target string, timeout time.Duration) error {
 	if err := unix.Sendto(fd, msg, 0, sa); err != nil {
 		return fmt.Errorf("failed to send an echo request: %w", err)
 	}
-	buf := make([]byte, 1500)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if errors.Is(err, unix.EAGAIN) {
-			return fmt.Errorf("no echo reply within %s", timeout)
-		}
-		if err != nil {
-			return fmt.Errorf("failed to receive an echo reply: %w", err)
-		}
-		if n >= 8 && buf[0] == 129 {
-			return nil
-		}
-	}
-	return fmt.Errorf("no echo reply within %s", timeout)
+	return awaitEchoReply(fd, 129, timeout)
 }
 
 // defaultGateway reads the IPv4 default route from /proc/net/route.
