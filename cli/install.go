@@ -32,9 +32,12 @@ type registerOptions struct {
 	cni                   bool
 	cniBinDir, cniConfDir string
 	cniConflist           string
-	k8sAdmission          bool
-	kubeconfig            string
-	namespace             string
+	// cniEventKubeconfig (install only) lets sforge-cni record its
+	// enforcement Event for sforge verify.
+	cniEventKubeconfig string
+	k8sAdmission       bool
+	kubeconfig         string
+	namespace          string
 	// withCNI adds the CNI engine with no flag (doctor looks at it when
 	// the node has a CNI config; install only when asked).
 	withCNI bool
@@ -95,6 +98,9 @@ func (o *registerOptions) validate() error {
 	if len(o.hooksDirs) == 0 {
 		return errors.New("--hooks-dir needs at least one directory")
 	}
+	if err := o.validateEventKubeconfig(); err != nil {
+		return err
+	}
 	if o.dryRun {
 		return nil
 	}
@@ -112,6 +118,33 @@ func (o *registerOptions) validate() error {
 		}
 	}
 	return nil
+}
+
+// validateEventKubeconfig: the plugin runs from the container runtime,
+// whose working directory is not the operator's, and a path that does not
+// exist would only show up later as a missing Event in sforge verify.
+func (o *registerOptions) validateEventKubeconfig() error {
+	p := o.cniEventKubeconfig
+	if p == "" {
+		return nil
+	}
+	if !o.cni {
+		return errors.New("--cni-event-kubeconfig goes with --cni")
+	}
+	if !filepath.IsAbs(p) {
+		return fmt.Errorf("--cni-event-kubeconfig %q: want an absolute path (sforge-cni runs from the container runtime's directory)", p)
+	}
+	if st, err := os.Stat(p); err != nil || st.IsDir() {
+		return fmt.Errorf("--cni-event-kubeconfig %q: want a readable kubeconfig file on this node: %v", p, errOrDir(err))
+	}
+	return nil
+}
+
+func errOrDir(err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New("is a directory")
 }
 
 // engines returns the engines the flags select; with no runtime flag, every
@@ -137,7 +170,8 @@ func (o *registerOptions) engines() []installer.Engine {
 		all = append(all, &hooksd.Engine{Options: opts, Runtimes: runtimes, Dirs: o.hooksDirs})
 	}
 	if o.cni || o.withCNI {
-		all = append(all, &cni.Engine{Options: opts, BinDir: o.cniBinDir, ConfDir: o.cniConfDir, Conflist: o.cniConflist, Required: o.cni})
+		all = append(all, &cni.Engine{Options: opts, BinDir: o.cniBinDir, ConfDir: o.cniConfDir, Conflist: o.cniConflist, Required: o.cni,
+			Chain: cni.ChainOptions{EventKubeconfig: o.cniEventKubeconfig}})
 	}
 	if !explicit {
 		return all
@@ -259,6 +293,8 @@ nothing the second time; sforge uninstall removes exactly what this added.`,
   # a Kubernetes node, then (once) the cluster
   sforge install --cni --dry-run
   sforge install --cni
+  # ... and let sforge-cni leave Events that sforge verify --backend k8s reads
+  sforge install --cni --cni-event-kubeconfig /etc/sforge/cni-events.kubeconfig
   sforge install --k8s-admission --kubeconfig ~/.kube/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -272,5 +308,6 @@ nothing the second time; sforge uninstall removes exactly what this added.`,
 		},
 	}
 	o.addFlags(cmd)
+	cmd.Flags().StringVar(&o.cniEventKubeconfig, "cni-event-kubeconfig", "", "with --cni: a kubeconfig (absolute path on the node, allowed to create events) sforge-cni uses to record an SforgeEgressEnforced Event on each isolated Pod, the direct evidence sforge verify --backend k8s reports; best effort, never fails a Pod")
 	return cmd
 }

@@ -282,6 +282,25 @@ func TestInstallCNICommand(t *testing.T) {
 	if out, err = run("install"); err != nil || !strings.Contains(out, "cni: nothing to change") {
 		t.Fatalf("second install: %v\n%s", err, out)
 	}
+	// --cni-event-kubeconfig: refused unless an absolute path to a file;
+	// else set in the chained entry, and a second run changes nothing.
+	kc := filepath.Join(dir, "events.kubeconfig")
+	for _, bad := range []struct{ arg, want string }{
+		{"events.kubeconfig", "want an absolute path"},
+		{kc, "want a readable kubeconfig file"},
+		{dir, "is a directory"},
+	} {
+		if out, err = run("install", "--cni-event-kubeconfig", bad.arg); err == nil || !strings.Contains(err.Error(), "--cni-event-kubeconfig") || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--cni-event-kubeconfig %s: %v, want %q\n%s", bad.arg, err, bad.want, out)
+		}
+	}
+	_ = os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\n"), 0o600)
+	if out, err = run("install", "--cni-event-kubeconfig", kc); err != nil || !strings.Contains(read(), `"eventKubeconfig":"`+kc+`"`) && !strings.Contains(read(), `"eventKubeconfig": "`+kc+`"`) {
+		t.Fatalf("install --cni-event-kubeconfig: %v\n%s\n%s", err, out, read())
+	}
+	if out, err = run("install", "--cni-event-kubeconfig", kc); err != nil || !strings.Contains(out, "cni: nothing to change") {
+		t.Fatalf("second install --cni-event-kubeconfig: %v\n%s", err, out)
+	}
 	out, _ = run("doctor")
 	if !strings.Contains(out, "[ok] cni chain: "+conflist+" chains sforge-cni") || !strings.Contains(out, "[ok] cni binary") {
 		t.Errorf("doctor:\n%s", out)

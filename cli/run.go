@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	k8sclient "github.com/sforge-dev/netiso/k8s/client"
 	"github.com/sforge-dev/netiso/k8s/netpol"
@@ -53,9 +54,30 @@ func (k *k8sFlags) set() []string {
 	return out
 }
 
-// backends returns the factory of the real backends, reading the
+// addFlags defines the Kubernetes flags (shared by run and verify).
+func (k *k8sFlags) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "with --backend k8s: the kubeconfig (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	f.StringVar(&k.namespace, "namespace", "", "with --backend k8s: the namespace of the Work Pod (default: the kubeconfig context's, else default)")
+	f.StringVar(&k.dnsTo, "dns-to", "", "with --backend k8s: where the NetworkPolicy lets DNS go: kube-dns (the cluster DNS Pods, default) or any")
+}
+
+// validate checks the Kubernetes flags against the backend.
+func (k *k8sFlags) validate(backend string) error {
+	if backend != "k8s" {
+		if set := k.set(); len(set) > 0 {
+			return fmt.Errorf("%s only apply to --backend k8s", strings.Join(set, ", "))
+		}
+		return nil
+	}
+	if _, err := netpol.ParseDNSTo(k.dnsTo); err != nil {
+		return fmt.Errorf("--dns-to: %w", err)
+	}
+	return nil
+}
+
+// realBackends returns the factory of the real backends, reading the
 // Kubernetes flags when it is called.
-func backends(k *k8sFlags) backendFactory {
+func realBackends(k *k8sFlags) backendFactory {
 	return func(name string) (launcher.Backend, error) {
 		switch name {
 		case "docker":
@@ -103,7 +125,7 @@ func newCmdRun(s Streams) *cobra.Command {
 func newCmdRunWith(s Streams, factory backendFactory, r policy.Resolver) *cobra.Command {
 	o := &runOptions{newBackend: factory, resolver: r, newAPIProxy: newAPIProxy, signals: runSignals}
 	if o.newBackend == nil {
-		o.newBackend = backends(&o.k8s)
+		o.newBackend = realBackends(&o.k8s)
 	}
 	cmd := &cobra.Command{
 		Use:   "run --task <dir|file> --agent <name> [--disable-internet|--enable-internet] [--judge-url URL] [flags] [-- argv for --agent command]",
@@ -175,9 +197,7 @@ when interrupted; the container is removed in every case.`,
 	f.BoolVar(&o.req.DisableInternet, "disable-internet", false, "isolate the network: only the Judge and the AI API are reachable")
 	f.BoolVar(&o.req.EnableInternet, "enable-internet", false, "open the network, overriding the task's \"internet\": false")
 	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker, or k8s (a Work Pod with its NetworkPolicy)")
-	f.StringVar(&o.k8s.kubeconfig, "kubeconfig", "", "with --backend k8s: the kubeconfig (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
-	f.StringVar(&o.k8s.namespace, "namespace", "", "with --backend k8s: the namespace of the Work Pod (default: the kubeconfig context's, else default)")
-	f.StringVar(&o.k8s.dnsTo, "dns-to", "", "with --backend k8s: where the NetworkPolicy lets DNS go: kube-dns (the cluster DNS Pods, default) or any")
+	o.k8s.addFlags(f)
 	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
 	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
 	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
@@ -197,18 +217,15 @@ func usageError(err error) error { return &ExitError{Code: UsageExitCode, Err: e
 func (o *runOptions) validate() error {
 	switch o.req.Backend {
 	case "docker":
-		if set := o.k8s.set(); len(set) > 0 {
-			return fmt.Errorf("%s only apply to --backend k8s", strings.Join(set, ", "))
-		}
 	case "k8s":
-		if _, err := netpol.ParseDNSTo(o.k8s.dnsTo); err != nil {
-			return fmt.Errorf("--dns-to: %w", err)
-		}
 		if o.req.APIProxy {
 			return errors.New("--api-proxy is not available with --backend k8s: a Pod cannot reach a proxy inside this process; run `sforge proxy` on an address Pods can reach and set SFORGE_AGENT_API_BASE_URL to it")
 		}
 	default:
 		return fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", o.req.Backend)
+	}
+	if err := o.k8s.validate(o.req.Backend); err != nil {
+		return err
 	}
 	if o.req.APIProxy && o.newAPIProxy == nil {
 		return errors.New("--api-proxy: this build has no in-process proxy yet; run `sforge proxy --target <API URL> --port 9090` on the host and set SFORGE_AGENT_API_BASE_URL=http://host.docker.internal:9090")

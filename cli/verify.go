@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sforge-dev/netiso/launcher"
-	"github.com/sforge-dev/netiso/launcher/docker"
+	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
 	"github.com/sforge-dev/netiso/launcher/verify"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -24,31 +24,34 @@ type verifyOptions struct {
 	output     string
 	resolveTTL time.Duration
 
+	k8s        k8sFlags
 	newBackend backendFactory
 	resolver   policy.Resolver
-	diagnoser  func(backend string) verify.Diagnoser
+	// diagnoser returns the backend's verify.Diagnoser (nil: none).
+	diagnoser func(b launcher.Backend, r verify.Request) verify.Diagnoser
 }
 
 func newCmdVerify(s Streams) *cobra.Command {
-	return newCmdVerifyWith(s, verifyBackends, net.DefaultResolver)
+	return newCmdVerifyWith(s, nil, net.DefaultResolver)
 }
 
-// verifyBackends makes verify's backend. It is verify's own (run's
-// factory grows Kubernetes flags) and knows Docker only for now; the
-// Kubernetes backend joins here together with its verify.Diagnoser.
-func verifyBackends(name string) (launcher.Backend, error) {
-	if name != "docker" {
-		return nil, fmt.Errorf("--backend %q: sforge verify supports docker in this build", name)
+// backendDiagnoser is the Kubernetes backend's diagnoser (does the CNI
+// enforce NetworkPolicy, did sforge-cni run for the probe's Pod); Docker
+// needs none, its runtime check is part of its Preflight.
+func backendDiagnoser(b launcher.Backend, r verify.Request) verify.Diagnoser {
+	if kb, ok := b.(*k8slauncher.Backend); ok {
+		return kb.Diagnoser(r.Image, r.AttemptTimeout)
 	}
-	api, err := docker.NewClient()
-	if err != nil {
-		return nil, fmt.Errorf("failed to create the Docker client: %w", err)
-	}
-	return docker.New(api), nil
+	return nil
 }
 
+// newCmdVerifyWith builds the command with a backend factory (nil: the
+// real backends, those of `sforge run`) and a resolver; tests pass fakes.
 func newCmdVerifyWith(s Streams, backends backendFactory, r policy.Resolver) *cobra.Command {
-	o := &verifyOptions{newBackend: backends, resolver: r, diagnoser: func(string) verify.Diagnoser { return nil }}
+	o := &verifyOptions{newBackend: backends, resolver: r, diagnoser: backendDiagnoser}
+	if o.newBackend == nil {
+		o.newBackend = realBackends(&o.k8s)
+	}
 	cmd := &cobra.Command{
 		Use:   "verify --judge-url URL [--api-url URL] [--canary HOST:PORT] [--backend docker|k8s] [-o table|json]",
 		Short: "Prove the isolation works here: run a hostile probe under exactly what `sforge run` applies",
@@ -62,18 +65,42 @@ hosts), let it try every way out, and report each attempt:
     the gateway's other ports, 169.254.169.254, --neighbour addresses, raw and
     AF_PACKET sockets, changing nftables from inside, unshare of a new netns.
 
+With --backend k8s the probe runs in a Work Pod exactly as ` + "`sforge run --backend k8s`" + `
+makes it (NetworkPolicy first, the sforge.io/egress annotation for
+sforge-cni), from --image (Pods pull their image; nothing is built). Two
+findings follow the probe's verdicts:
+
+  - cni-enforces-networkpolicy: a short control Pod WITHOUT the annotation,
+    selected by a deny-all-egress NetworkPolicy, tries to reach the Judge.
+    If it does, the cluster's CNI ignores NetworkPolicy and sforge-cni is
+    the only enforcement: a WARNING, not a failure.
+  - sforge-cni-enforced: direct evidence when sforge-cni recorded its
+    SforgeEgressEnforced Event on the probe's Pod (its netconf needs
+    eventKubeconfig), otherwise inferred (every escape refused while the CNI
+    enforces no NetworkPolicy). Escapes that got through mean sforge-cni did
+    not run for the Pod: FAILED, and the exit status is 1.
+
+Each finding says how it was found. The control Pod and its policy are
+deleted afterwards (the Pod also owns the policy).
+
 It exits 0 when every escape was refused and every control passed, 1 when
 anything leaked, a control failed or the probe could not run (for example
-the sforge runtime is not registered: run ` + "`sforge install --docker`" + `), 2 on a
-usage error. Run it once after installing, and after changing the runtime.
+the sforge runtime is not registered: run ` + "`sforge install --docker`" + `; on
+Kubernetes: ` + "`sforge install --cni`" + ` on each node), 2 on a usage error. Run it
+once after installing, and after changing the runtime or the CNI.
 
-The probe image is built FROM scratch with the static sforge-probe found
-next to sforge (or --probe); --image uses an image that has it at /sforge-probe.`,
+With Docker the probe image is built FROM scratch with the static
+sforge-probe found next to sforge (or --probe); --image uses an image that
+has it at /sforge-probe (required with --backend k8s).`,
 		Example: `  # Docker: the Judge on the host, a canary that must stay unreachable
   sforge verify --judge-url http://host.docker.internal:8080 --canary 203.0.113.10:80
 
   # Also require the API proxy to be reachable, JSON report for CI
-  sforge verify --judge-url http://10.0.0.12:8080 --api-url http://host.docker.internal:9090 -o json`,
+  sforge verify --judge-url http://10.0.0.12:8080 --api-url http://host.docker.internal:9090 -o json
+
+  # Kubernetes: the probe image pushed where the nodes pull from
+  sforge verify --backend k8s --namespace agents --image registry.example.com/sforge-probe:1 \
+    --judge-url http://10.0.0.12:8080 --canary 203.0.113.10:80`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -89,7 +116,8 @@ next to sforge (or --probe); --image uses an image that has it at /sforge-probe.
 	f.StringVar(&o.req.Canary, "canary", "", "HOST:PORT the container must NOT reach (TCP, UDP, ICMP to its host), e.g. a server you run outside")
 	f.StringArrayVar(&o.req.Neighbours, "neighbour", nil, "address of another container or host that must be unreachable (repeatable)")
 	f.StringArrayVar(&o.req.Forbidden6, "ipv6-target", nil, "IPv6 address that must be unreachable (repeatable)")
-	f.StringVar(&o.req.Image, "image", "", "run the probe from this image (it must hold /sforge-probe) instead of building one")
+	f.StringVar(&o.req.Image, "image", "", "run the probe from this image (it must hold /sforge-probe) instead of building one; required with --backend k8s")
+	o.k8s.addFlags(f)
 	f.StringVar(&o.req.Probe, "probe", "", "the static sforge-probe binary to put in the image (default: next to sforge, else in PATH)")
 	f.DurationVar(&o.req.AttemptTimeout, "attempt-timeout", 1500*time.Millisecond, "how long each attempt may take")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
@@ -99,15 +127,16 @@ next to sforge (or --probe); --image uses an image that has it at /sforge-probe.
 
 func (o *verifyOptions) validate() error {
 	switch o.req.Backend {
-	case "docker":
-	case "k8s":
-		// The Kubernetes backend (launcher/k8s) plugs in here: its
-		// launcher.Backend runs the probe Pod, and a verify.Diagnoser
-		// reports whether the CNI enforces NetworkPolicy and whether
-		// sforge-cni ran for the Pod.
-		return errors.New("--backend k8s: the Kubernetes backend is not yet available in this build; use --backend docker")
+	case "docker", "k8s":
 	default:
 		return fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", o.req.Backend)
+	}
+	if err := o.k8s.validate(o.req.Backend); err != nil {
+		return err
+	}
+	if o.req.Backend == "k8s" && o.req.Image == "" {
+		// A Pod pulls its image; verify cannot build one for it.
+		return errors.New("--backend k8s needs --image: an image the nodes can pull that holds the static sforge-probe at " + verify.ProbeInImage + " (FROM scratch + COPY sforge-probe " + verify.ProbeInImage + ", pushed to your registry)")
 	}
 	switch o.output {
 	case "table", "json":
@@ -147,7 +176,7 @@ func (o *verifyOptions) run(ctx context.Context, s Streams) error {
 		Resolver:       o.resolver,
 		ResolveTimeout: o.resolveTTL,
 		Log:            s.ErrOut,
-		Diagnoser:      o.diagnoser(o.req.Backend),
+		Diagnoser:      o.diagnoser(b, o.req),
 	})
 	if err != nil {
 		var ue *launcher.UsageError

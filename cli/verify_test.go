@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sforge-dev/netiso/launcher"
+	"github.com/sforge-dev/netiso/launcher/docker"
+	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
+	"github.com/sforge-dev/netiso/launcher/verify"
 )
 
 // TestVerifyFlags: mistakes are usage errors (exit 2) naming the flag,
@@ -17,7 +23,9 @@ func TestVerifyFlags(t *testing.T) {
 	}{
 		{[]string{}, "--judge-url is required"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "nomad"}, `--backend "nomad"`},
-		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "k8s"}, "--backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--backend", "k8s"}, "--backend k8s needs --image"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--namespace", "a"}, "--namespace only apply to --backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--backend", "k8s", "--dns-to", "all"}, "--dns-to"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "-o", "yaml"}, `--output "yaml"`},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--attempt-timeout", "1h"}, "--attempt-timeout"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--canary", "nope"}, "--canary"},
@@ -35,5 +43,21 @@ func TestVerifyFlags(t *testing.T) {
 		if called {
 			t.Errorf("%v: a backend was created before the flags were checked", tc.args)
 		}
+	}
+}
+
+// TestVerifyDiagnoser: the Kubernetes backend brings its diagnoser, with
+// verify's image and attempt timeout; Docker has none.
+func TestVerifyDiagnoser(t *testing.T) {
+	kb, err := k8slauncher.New(k8slauncher.Options{Client: fake.NewClientset(), Namespace: "agents"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := backendDiagnoser(kb, verify.Request{Image: "probe:1", AttemptTimeout: time.Second}).(*k8slauncher.Diagnoser)
+	if !ok || d.Image != "probe:1" || d.AttemptTimeout != time.Second {
+		t.Errorf("k8s diagnoser %+v", d)
+	}
+	if d := backendDiagnoser(docker.New(nil), verify.Request{}); d != nil {
+		t.Errorf("docker diagnoser %v, want none", d)
 	}
 }

@@ -25,6 +25,13 @@ type NetConf struct {
 	// Kubeconfig lets the plugin read the Pod's annotations from the API
 	// server when the runtime does not pass them as a capability.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// EventKubeconfig, when set, makes the plugin record a Kubernetes Event
+	// (reason policy.EnforcedEventReason) on the Pod after installing its
+	// rules: direct evidence for `sforge verify --backend k8s`. Best
+	// effort, bounded by EventTimeout, never fails ADD. It is apart from
+	// Kubeconfig so that asking for events never turns on the annotation
+	// fallback (the allowlist keeps coming from the runtime only).
+	EventKubeconfig string `json:"eventKubeconfig,omitempty"`
 	// Engine forces a rule engine (engines.Names); empty means the
 	// SFORGE_ENGINE environment variable, else auto.
 	Engine string `json:"engine,omitempty"`

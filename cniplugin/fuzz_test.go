@@ -9,7 +9,8 @@ func FuzzParseConfig(f *testing.F) {
 		`{"cniVersion":"1.0.0","name":"k8s","type":"sforge-cni","engine":"nftables","runtimeConfig":{"io.kubernetes.cri.pod-annotations":{"sforge.io/egress":"v1"},"dns":{"servers":["10.96.0.10"]}}}`,
 		`{"cniVersion":"1.0.0","name":"k8s","type":"sforge-cni","prevResult":` + prevResult + `}`,
 		`{"cniVersion":"0.4.0","prevResult":{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}}`,
-		`{"prevResult":{"cniVersion":"9.9.9"}}`, `{"engine":7}`, `[]`, ``,
+		`{"cniVersion":"1.0.0","name":"k8s","type":"sforge-cni","eventKubeconfig":"/etc/sforge/events.kubeconfig"}`,
+		`{"prevResult":{"cniVersion":"9.9.9"}}`, `{"engine":7}`, `{"eventKubeconfig":[]}`, `[]`, ``,
 	} {
 		f.Add([]byte(s))
 	}

@@ -11,9 +11,10 @@ import (
 // About is printed by the VERSION verb's human form.
 const About = "sforge-cni: egress allowlist for sforge Work Pods, enforced in the Pod's network namespace"
 
-// Main runs the plugin with the real engines and the given API lookup.
-func Main(pods PodLookup) {
-	p := &Plugin{NewEngine: engineByName, Pods: pods}
+// Main runs the plugin with the real engines, the given API lookup and
+// event recorder.
+func Main(pods PodLookup, events EventRecorder) {
+	p := &Plugin{NewEngine: engineByName, Pods: pods, Events: events}
 	skel.PluginMainFuncs(p.Funcs(), version.All, About)
 }
 

@@ -24,6 +24,16 @@ type PodLookup interface {
 	Annotations(ctx context.Context, kubeconfig, namespace, name, uid string) (map[string]string, error)
 }
 
+// EventRecorder records the Event that tells `sforge verify` the plugin
+// enforced a Pod's allowlist (reason policy.EnforcedEventReason).
+type EventRecorder interface {
+	Enforced(ctx context.Context, kubeconfig, namespace, name, uid, message string) error
+}
+
+// DefaultEventTimeout bounds the Event's recording: it must never slow the
+// ADD noticeably, and the Pod's start does not wait for it otherwise.
+const DefaultEventTimeout = 2 * time.Second
+
 // Plugin carries the dependencies of the CNI verbs.
 type Plugin struct {
 	// NewEngine returns the rule engine by name ("auto", "iptables",
@@ -37,6 +47,11 @@ type Plugin struct {
 	Now func() time.Time
 	// APITimeout bounds the API fallback.
 	APITimeout time.Duration
+	// Events records the enforcement Event when the netconf has
+	// eventKubeconfig; nil disables it.
+	Events EventRecorder
+	// EventTimeout bounds it (default DefaultEventTimeout).
+	EventTimeout time.Duration
 }
 
 // DefaultLogFile is where ADD/DEL lines go unless the netconf says otherwise.
@@ -74,6 +89,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return fmt.Errorf("sforge-cni: pod %s: failed to install egress rules, refusing to start it: %w", podName(args), err)
 		}
 		p.logf(conf, "ADD container=%s pod=%s engine=%s rules=%d ipv6=%s duration=%s", args.ContainerID, podName(args), rep.Engine, rep.Rules, rep.IPv6, p.now().Sub(start).Round(time.Microsecond))
+		p.recordEnforced(conf, args, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID))
 	}
 	// Pass the previous result through, in the version the runtime asked for.
 	out, err := prev.GetAsVersion(conf.CNIVersion)
@@ -187,6 +203,29 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 	}
 	a.DNS = append(a.DNS, conf.dnsServers()...)
 	return a, true, nil
+}
+
+// recordEnforced records the enforcement Event when the netconf asks for
+// it. The rules are installed already: a failure here is logged and
+// changes nothing else.
+func (p *Plugin) recordEnforced(conf *NetConf, args *skel.CmdArgs, message string) {
+	if p.Events == nil || conf.EventKubeconfig == "" {
+		return
+	}
+	k, err := ParseK8sArgs(args.Args)
+	if err != nil || k.K8S_POD_NAME == "" {
+		return
+	}
+	timeout := p.EventTimeout
+	if timeout <= 0 {
+		timeout = DefaultEventTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := p.now()
+	if err := p.Events.Enforced(ctx, conf.EventKubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID), message); err != nil {
+		p.logf(conf, "EVENT pod=%s failed after %s (the rules are installed; only the evidence for sforge verify is missing): %v", podName(args), p.now().Sub(start).Round(time.Millisecond), err)
+	}
 }
 
 func (p *Plugin) apiTimeout() time.Duration {

@@ -22,19 +22,31 @@ import (
 
 // testNodeSforgeRun is the user's path on a real node: `sforge run
 // --backend k8s --disable-internet` with the probe as the agent, from the
-// host with an ordinary kubeconfig. The agent reaches the Judge and nothing
-// else, its very first packet (forbidden) is refused, its output streams to
-// the terminal, its exit code is the command's, and the Pod and its
+// host with an ordinary kubeconfig. The agent's very first packet
+// (forbidden) is refused, then the full hostile probe matrix runs: the
+// Judge and the Pod's resolver reached, every escape attempt refused, not
+// one forbidden packet in the judge namespace. Its output streams to the
+// terminal, its exit code is the command's, and the Pod and its
 // NetworkPolicy are gone afterwards.
 func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	sforge := testbin.Build(t, "./cmd/sforge")
-	cmd := []string{testcluster.ProbePath, "--timeout", "3s"}
-	for _, pc := range nodeProbeChecks {
-		cmd = append(cmd, pc.check, pc.target)
-	}
-	// The shell turns the probe's exit status 1 (some checks refused)
-	// into 41, which sforge itself never uses.
-	script := strings.Join(cmd, " ") + "; exit $(($? + 40))"
+	matrix := matrixJSON(t, map[string]any{
+		"allowed": []string{judgeTarget},
+		// OtherPort has a listener: refusing it is the allowlist's doing.
+		"forbidden_port":  testcluster.OtherPort,
+		"forbidden":       []string{testcluster.InternetIP},
+		"canary":          internetTarget,
+		"forbidden6":      []string{testcluster.JudgeIP6},
+		"neighbours":      []string{testcluster.NodeIP},
+		"neighbour_ports": []int{testcluster.KubeletPort},
+		"resolvers":       []string{testcluster.ClusterDNS},
+		"timeout":         "2s",
+	})
+	// The first command's exit status 1 (refused) plus twice the matrix's
+	// (0: every verdict passed), plus 40: 41, which sforge itself never
+	// uses.
+	script := fmt.Sprintf("%s --timeout 3s tcp %s; first=$?; %s matrix --config-json '%s'; exit $((40 + first + 2 * $?))",
+		testcluster.ProbePath, internetTarget, testcluster.ProbePath, matrix)
 	task, err := json.Marshal(map[string]any{
 		"name": "node-e2e", "image": testcluster.ProbeImage,
 		"agent_query": "probe the network", "command": []string{"sh", "-c", script},
@@ -63,33 +75,31 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	t.Logf("sforge run exited %d (%v)\nstderr:\n%s", code, err, stderr.String())
 	// The agent's exit code is sforge's.
 	if code != 41 {
-		t.Fatalf("exit code %d, want the agent's 41\nstdout:\n%s", code, stdout.String())
+		t.Errorf("exit code %d, want the agent's 41 (first connect refused, every matrix verdict passed)\nstdout:\n%s", code, stdout.String())
 	}
-	res := testbundle.ParseProbe(t, stdout.String())
-	for _, pc := range nodeProbeChecks {
-		r, ok := res[pc.check+" "+pc.target]
-		if !ok {
-			t.Errorf("the agent's output (streamed by sforge run) lacks %s %s:\n%s", pc.check, pc.target, stdout.String())
-			continue
-		}
-		if r.OK != pc.isolated {
-			t.Errorf("%s %s: ok=%v, want %v (error %q)", pc.check, pc.target, r.OK, pc.isolated, r.Error)
-		}
+	// The first line streamed is the first, forbidden connect: refused by
+	// a rule at once, not timed out.
+	first, _, _ := strings.Cut(strings.TrimSpace(stdout.String()), "\n")
+	res := testbundle.ParseProbe(t, first)
+	if r, ok := res["tcp "+internetTarget]; !ok || r.OK || strings.Contains(r.Error, "timeout") {
+		t.Errorf("first line %q: want tcp %s refused at once", first, internetTarget)
 	}
-	if r := res["tcp "+internetTarget]; strings.Contains(r.Error, "timeout") {
-		t.Errorf("the first, forbidden connect timed out instead of being refused: %s", r.Error)
-	}
+	// Every verdict of the matrix streamed by sforge run passed.
+	requireMatrixPass(t, stdout.String(), append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-allowed-udp", "ipv6-udp")...)
 	cnt, err := c.Judge.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("judge counters (packets): %v", cnt)
 	for _, n := range []string{testcluster.CounterForbidden4, testcluster.CounterForbidden6} {
 		if cnt[n] != 0 {
 			t.Errorf("%d packet(s) of the agent reached the judge namespace as %s", cnt[n], n)
 		}
 	}
-	if cnt[testcluster.CounterJudge] == 0 {
-		t.Error("no packet reached the Judge: the positive control did not run")
+	for _, n := range []string{testcluster.CounterJudge, testcluster.CounterDNS} {
+		if cnt[n] == 0 {
+			t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", n)
+		}
 	}
 	cs := c.Client(t)
 	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)

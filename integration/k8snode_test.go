@@ -37,7 +37,10 @@ func TestK8sNode(t *testing.T) {
 		c := testcluster.Start(t, testcluster.Options{
 			SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
 			CaptureCNI: true,
-			Probe:      testbin.Build(t, "./cmd/sforge-probe"),
+			// sforge-cni records its enforcement Event, which `sforge
+			// verify` reads as direct evidence.
+			SforgeCNIEvents: true,
+			Probe:           testbin.Build(t, "./cmd/sforge-probe"),
 		})
 		id, before = c.ID, c.HostBefore
 		const ns = "agents"
@@ -49,6 +52,11 @@ func TestK8sNode(t *testing.T) {
 		t.Run("malformed annotation", func(t *testing.T) { testNodeMalformedAnnotation(t, c, ns) })
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
 		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
+		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
+		// Removes sforge-cni's eventKubeconfig while it runs.
+		t.Run("sforge verify inferred", func(t *testing.T) { testNodeVerifyInferred(t, c, ns) })
+		// Takes sforge-cni out of the conflist while it runs.
+		t.Run("sforge verify without sforge-cni", func(t *testing.T) { testNodeVerifyWithoutSforgeCNI(t, c, ns) })
 		t.Run("admission", func(t *testing.T) { testNodeAdmission(t, c, ns) })
 	})
 	if id == "" {

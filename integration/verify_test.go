@@ -22,9 +22,12 @@ type verifyReport struct {
 	Verdicts       []matrixVerdict
 	Findings       []struct {
 		Check, Got, Detail string
-		Pass               bool
+		Pass, Warning      bool
 	}
 	Error string
+	Run   struct {
+		Workload string
+	}
 }
 
 // runVerify runs the built `sforge verify` (testbin: the tree under test,

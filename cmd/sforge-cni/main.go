@@ -8,4 +8,4 @@ import (
 	"github.com/sforge-dev/netiso/cniplugin/podapi"
 )
 
-func main() { cniplugin.Main(podapi.Lookup{}) }
+func main() { cniplugin.Main(podapi.Lookup{}, podapi.Events{}) }

@@ -1,19 +1,24 @@
 // Package podapi reads a Pod's annotations from the Kubernetes API for
 // sforge-cni, when the container runtime does not pass them through the
-// io.kubernetes.cri.pod-annotations capability. It is kept apart from
+// io.kubernetes.cri.pod-annotations capability, and records the Event
+// that tells `sforge verify` the plugin enforced a Pod's allowlist. It is kept apart from
 // package cniplugin so that the verbs stay testable without client-go.
 package podapi
 
 import (
 	"context"
 	"fmt"
+	"os"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sforge-dev/netiso/cniplugin"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // Lookup implements cniplugin.PodLookup with client-go.
@@ -50,4 +55,46 @@ func (Lookup) Annotations(ctx context.Context, kubeconfig, namespace, name, uid 
 		return nil, &UIDMismatchError{Namespace: namespace, Name: name, Want: uid, Got: string(pod.UID)}
 	}
 	return pod.Annotations, nil
+}
+
+// Events implements cniplugin.EventRecorder with client-go.
+type Events struct{}
+
+var _ cniplugin.EventRecorder = Events{}
+
+// Enforced records a Normal Event with reason policy.EnforcedEventReason on
+// the Pod. The client makes one attempt (no retries beyond ctx).
+func (Events) Enforced(ctx context.Context, kubeconfig, namespace, name, uid, message string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("failed to load kubeconfig %s: %w", kubeconfig, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("failed to create Kubernetes client: %w", err)
+	}
+	_, err = cs.CoreV1().Events(namespace).Create(ctx, EnforcedEvent(namespace, name, uid, message, time.Now()), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("failed to record event on pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// EnforcedEvent builds the Event.
+func EnforcedEvent(namespace, name, uid, message string, now time.Time) *corev1.Event {
+	host, _ := os.Hostname()
+	ts := metav1.NewTime(now)
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".sforge-cni.", Namespace: namespace},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: types.UID(uid),
+		},
+		Reason:         policy.EnforcedEventReason,
+		Message:        message,
+		Type:           corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "sforge-cni", Host: host},
+		FirstTimestamp: ts,
+		LastTimestamp:  ts,
+		Count:          1,
+	}
 }

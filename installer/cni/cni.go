@@ -48,6 +48,46 @@ const (
 // allowlist) and its DNS resolvers come as runtime capabilities.
 var Entry = []byte(`{"type":"sforge-cni","capabilities":{"io.kubernetes.cri.pod-annotations":true,"dns":true}}`)
 
+// ChainOptions are the optional keys of sforge-cni's entry that install
+// manages.
+type ChainOptions struct {
+	// EventKubeconfig is the kubeconfig sforge-cni uses to record its
+	// SforgeEgressEnforced Event on each isolated Pod (the direct evidence
+	// `sforge verify --backend k8s` looks for); see
+	// cniplugin.NetConf.EventKubeconfig. Empty leaves the entry's key as it
+	// is (absent on a new entry).
+	EventKubeconfig string
+}
+
+// entry is the object Chain appends for o.
+func (o ChainOptions) entry() []byte {
+	if o.EventKubeconfig == "" {
+		return Entry
+	}
+	k, _ := json.Marshal(o.EventKubeconfig)
+	e := bytes.TrimSuffix(bytes.Clone(Entry), []byte("}"))
+	return append(append(append(e, `,"eventKubeconfig":`...), k...), '}')
+}
+
+// apply sets o's keys in an existing entry; it reports whether anything
+// changed (an entry already as asked is left byte for byte).
+func (o ChainOptions) apply(p json.RawMessage) (json.RawMessage, bool, error) {
+	if o.EventKubeconfig == "" {
+		return p, false, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil {
+		return nil, false, fmt.Errorf("sforge-cni's entry: %w", err)
+	}
+	k, _ := json.Marshal(o.EventKubeconfig)
+	if bytes.Equal(m["eventKubeconfig"], k) {
+		return p, false, nil
+	}
+	m["eventKubeconfig"] = k
+	out, err := json.Marshal(m)
+	return out, err == nil, err
+}
+
 // ErrSingleConf reports a .conf network config, which cannot chain.
 var ErrSingleConf = errors.New("single-plugin network config")
 
@@ -58,6 +98,8 @@ type Engine struct {
 	ConfDir string
 	// Conflist is the file to edit; empty: the one the runtime loads.
 	Conflist string
+	// Chain carries the entry's optional settings install writes.
+	Chain ChainOptions
 	// Required makes a missing chain an error for Check (doctor --cni);
 	// otherwise it is a warning, since a host with a CNI config (podman's)
 	// need not be a Kubernetes node.
@@ -164,7 +206,7 @@ func (e *Engine) Plan(op installer.Op) (installer.Plan, error) {
 		if !bytes.Equal(cur, src) {
 			p.Changes = append(p.Changes, installer.Change{Path: bin, Before: cur, After: src, Mode: 0o755, Why: "install the sforge-cni plugin binary"})
 		}
-		after, err = Chain(before, path)
+		after, err = Chain(before, path, e.Chain)
 		if err != nil {
 			return p, err
 		}
@@ -284,20 +326,26 @@ func isOurs(p json.RawMessage) bool {
 	return json.Unmarshal(p, &t) == nil && t.Type == PluginType
 }
 
-// Chain returns the conflist with sforge-cni appended to its plugins; a
-// conflist that already chains it is returned unchanged.
-func Chain(b []byte, path string) ([]byte, error) {
+// Chain returns the conflist with sforge-cni appended to its plugins. A
+// conflist that already chains it is returned unchanged, unless o asks for
+// a setting its entry lacks: then only that entry is updated.
+func Chain(b []byte, path string, o ChainOptions) ([]byte, error) {
 	c, plugins, err := parse(b, path)
 	if err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(plugins, isOurs) {
-		return b, nil
+	if i := slices.IndexFunc(plugins, isOurs); i >= 0 {
+		p, changed, err := o.apply(plugins[i])
+		if err != nil || !changed {
+			return b, err
+		}
+		plugins[i] = p
+		return c.render(plugins)
 	}
 	if len(plugins) == 0 {
 		return nil, fmt.Errorf("%s has no plugins: sforge-cni is a chained plugin and needs an interface plugin (bridge, flannel...) before it", path)
 	}
-	return c.render(append(plugins, Entry))
+	return c.render(append(plugins, o.entry()))
 }
 
 // Unchain returns the conflist without sforge-cni; one without it is

@@ -60,7 +60,7 @@ func plugins(t *testing.T, b []byte) []map[string]any {
 
 func TestChainUnchain(t *testing.T) {
 	in := []byte(bridgeConflist)
-	out, err := Chain(in, "x.conflist")
+	out, err := Chain(in, "x.conflist", ChainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestChainUnchain(t *testing.T) {
 	if !strings.Contains(string(out), `"x-vendor": {`) || !strings.Contains(string(out), `"disableCheck": false`) {
 		t.Errorf("unknown keys lost:\n%s", out)
 	}
-	again, err := Chain(out, "x.conflist")
+	again, err := Chain(out, "x.conflist", ChainOptions{})
 	if err != nil || !bytes.Equal(again, out) {
 		t.Errorf("second chain changed the file (err %v)", err)
 	}
@@ -99,6 +99,60 @@ func TestChainUnchain(t *testing.T) {
 	}
 }
 
+func TestChainEventKubeconfig(t *testing.T) {
+	const kc = "/etc/sforge/events.kubeconfig"
+	opt := ChainOptions{EventKubeconfig: kc}
+	entryOf := func(t *testing.T, b []byte) map[string]any {
+		t.Helper()
+		ps := plugins(t, b)
+		if p := ps[len(ps)-1]; p["type"] == PluginType {
+			return p
+		}
+		t.Fatalf("sforge-cni is not last:\n%s", b)
+		return nil
+	}
+	fresh, err := Chain([]byte(bridgeConflist), "x.conflist", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := entryOf(t, fresh); e["eventKubeconfig"] != kc || e["capabilities"] == nil {
+		t.Fatalf("new entry %v", e)
+	}
+
+	// Chained before without it: install with the flag adds it to that
+	// entry only; again changes nothing; without the flag it stays.
+	plain, err := Chain([]byte(bridgeConflist), "x.conflist", ChainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	updated, err := Chain(plain, "x.conflist", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := entryOf(t, updated); e["eventKubeconfig"] != kc {
+		t.Fatalf("existing entry not updated: %v", e)
+	}
+	if got, want := len(plugins(t, updated)), len(plugins(t, plain)); got != want {
+		t.Fatalf("%d plugins after the update, want %d", got, want)
+	}
+	if again, err := Chain(updated, "x.conflist", opt); err != nil || !bytes.Equal(again, updated) {
+		t.Errorf("second install with the same eventKubeconfig changed the file (err %v)", err)
+	}
+	if kept, err := Chain(updated, "x.conflist", ChainOptions{}); err != nil || !bytes.Equal(kept, updated) {
+		t.Errorf("install without --cni-event-kubeconfig changed an entry that has one (err %v)", err)
+	}
+	other, err := Chain(updated, "x.conflist", ChainOptions{EventKubeconfig: "/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := entryOf(t, other); e["eventKubeconfig"] != "/other" {
+		t.Errorf("eventKubeconfig not replaced: %v", e)
+	}
+	if back, err := Unchain(updated, "x.conflist"); err != nil || strings.Contains(string(back), "eventKubeconfig") {
+		t.Errorf("uninstall left the entry (err %v):\n%s", err, back)
+	}
+}
+
 func TestChainRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name, in, want string
@@ -113,7 +167,7 @@ func TestChainRefuses(t *testing.T) {
 		{"trailing data", `{"plugins":[{"type":"bridge"}]} x`, "unexpected data", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Chain([]byte(tt.in), "f")
+			_, err := Chain([]byte(tt.in), "f", ChainOptions{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want %q", err, tt.want)
 			}

@@ -2,6 +2,7 @@ package cni
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ func FuzzChain(f *testing.F) {
 	f.Add([]byte(bridgeConflist))
 	f.Add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"bridge"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, err := Chain(b, "f")
+		out, err := Chain(b, "f", ChainOptions{})
 		if err != nil {
 			return
 		}
@@ -31,6 +32,28 @@ func FuzzChain(f *testing.F) {
 		}
 		if n == 0 {
 			t.Fatalf("sforge-cni not in the chain:\n%s", out)
+		}
+		const kc = "/etc/sforge/events.kubeconfig"
+		ev, err := Chain(b, "f", ChainOptions{EventKubeconfig: kc})
+		if err != nil {
+			t.Fatalf("refused with eventKubeconfig what it chained without: %v", err)
+		}
+		var e struct {
+			Plugins []struct {
+				Type            string `json:"type"`
+				EventKubeconfig string `json:"eventKubeconfig"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(ev, &e); err != nil {
+			t.Fatalf("chained output with eventKubeconfig is not JSON: %v\n%s", err, ev)
+		}
+		if !slices.ContainsFunc(e.Plugins, func(p struct {
+			Type            string `json:"type"`
+			EventKubeconfig string `json:"eventKubeconfig"`
+		}) bool {
+			return p.Type == PluginType && p.EventKubeconfig == kc
+		}) {
+			t.Fatalf("no sforge-cni entry with eventKubeconfig:\n%s", ev)
 		}
 		back, err := Unchain(out, "f")
 		if err != nil {

@@ -66,6 +66,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testk8s"
 	"github.com/sforge-dev/netiso/internal/testnet"
@@ -126,9 +127,16 @@ type Options struct {
 	// Empty leaves the chain without it: a cluster whose CNI enforces
 	// nothing.
 	SforgeCNI string
+	// Sforge is the sforge binary whose `install --cni` chains SforgeCNI
+	// (the user's path); empty: built from this tree (internal/testbin).
+	Sforge string
 	// CaptureCNI records what containerd passes to sforge-cni (see
 	// Cluster.CNICaptures).
 	CaptureCNI bool
+	// SforgeCNIEvents gives sforge-cni the node's kubeconfig as
+	// eventKubeconfig, so that it records its enforcement Event on each
+	// isolated Pod (what `sforge verify --backend k8s` reads).
+	SforgeCNIEvents bool
 	// Probe is the static sforge-probe binary put at ProbePath in
 	// ProbeImage. Empty: no probe image.
 	Probe string
@@ -241,6 +249,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	c.Judge.serve(t)
 	phase("record the host state", c.recordHost)
 	phase("create the cgroup root", c.setupCgroup)
+	if o.SforgeCNI != "" && o.Sforge == "" {
+		c.opts.Sforge = testbin.Build(t, "./cmd/sforge")
+	}
 	phase("write the CNI configuration", c.setupCNI)
 	phase("build the images", c.buildImages)
 
@@ -268,6 +279,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	// unmounts) before anything is killed.
 	t.Cleanup(func() { c.drain(t) })
 
+	if o.SforgeCNI != "" {
+		phase("chain sforge-cni (sforge install --cni)", c.chainSforgeCNI)
+	}
 	phase("start containerd", func() error { return c.startContainerd(t) })
 	phase("import the images", c.importImages)
 	phase("start the kubelet", func() error { return c.startKubelet(t) })
@@ -547,14 +561,23 @@ func (c *Cluster) setupCNI() error {
 			return err
 		}
 	}
-	conflist := filepath.Join(c.CNIConfDir, "10-sforge-node.conflist")
+	conflist := filepath.Join(c.CNIConfDir, conflistName)
 	if err := writeJSON(conflist, baseConflist(c.Dir, c.CNIName)); err != nil {
 		return err
 	}
-	if c.opts.SforgeCNI == "" {
-		return nil
+	return nil
+}
+
+// chainSforgeCNI runs once the control plane is up (its kubeconfig is
+// sforge-cni's eventKubeconfig) and before containerd starts, so that no
+// Pod ever sees the conflist without the plugin.
+func (c *Cluster) chainSforgeCNI() error {
+	var events string
+	if c.opts.SforgeCNIEvents {
+		events = c.Control.Kubeconfig("system:node:" + c.NodeName)
 	}
-	if err := installSforgeCNI(c.opts.SforgeCNI, c.CNIBinDir, conflist, c.CNILog); err != nil {
+	conflist := filepath.Join(c.CNIConfDir, conflistName)
+	if err := installSforgeCNI(c.opts.Sforge, c.opts.SforgeCNI, filepath.Join(c.Dir, "sforge"), c.CNIBinDir, conflist, c.CNILog, events); err != nil {
 		return err
 	}
 	if c.opts.CaptureCNI {
@@ -563,23 +586,31 @@ func (c *Cluster) setupCNI() error {
 	return nil
 }
 
-// installSforgeCNI chains sforge-cni into the node's existing conflist.
-//
-// THE ONE PLACE TO SWITCH to `sforge install --cni` once it exists (issue
-// 6): replace this body by running
-//
-//	sforge install --cni --cni-bin-dir BINDIR --cni-conf-dir $(dirname CONFLIST)
-//
-// which must copy the binary and append the same entry to the existing
-// conflist (the tests then check the plugin as users install it). The
-// logFile setting keeps the plugin's log with the cluster's.
-func installSforgeCNI(plugin, binDir, conflist, logFile string) error {
+// installSforgeCNI chains sforge-cni into the node's existing conflist
+// the way users do: `sforge install --cni` with the plugin under a
+// --prefix of the cluster's, the node's CNI directories and the conflist
+// (and --cni-event-kubeconfig when events is set). Only then does the harness add "logFile" to the entry the installer
+// wrote, so that the plugin's log stays with the cluster's (the default
+// is a host path); the capabilities stay as installed, and the tests
+// assert what the runtime passed through them.
+func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile, events string) error {
 	data, err := os.ReadFile(plugin)
 	if err != nil {
 		return fmt.Errorf("failed to read %s: %w", plugin, err)
 	}
-	if err := os.WriteFile(filepath.Join(binDir, "sforge-cni"), data, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
 		return err
+	}
+	if err := os.WriteFile(filepath.Join(prefix, "bin", "sforge-cni"), data, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command(sforge, "install", "--cni", "--prefix", prefix,
+		"--cni-bin-dir", binDir, "--cni-conf-dir", filepath.Dir(conflist), "--cni-conflist", conflist)
+	if events != "" {
+		cmd.Args = append(cmd.Args, "--cni-event-kubeconfig", events)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("sforge install --cni: %w: %s", err, bytes.TrimSpace(out))
 	}
 	var list map[string]any
 	raw, err := os.ReadFile(conflist)
@@ -590,14 +621,16 @@ func installSforgeCNI(plugin, binDir, conflist, logFile string) error {
 		return fmt.Errorf("failed to parse %s: %w", conflist, err)
 	}
 	plugins, _ := list["plugins"].([]any)
-	list["plugins"] = append(plugins, map[string]any{
-		"type":    "sforge-cni",
-		"logFile": logFile,
-		"capabilities": map[string]bool{
-			"io.kubernetes.cri.pod-annotations": true,
-			"dns":                               true,
-		},
-	})
+	found := false
+	for _, p := range plugins {
+		if m, ok := p.(map[string]any); ok && m["type"] == "sforge-cni" {
+			m["logFile"] = logFile
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("sforge install --cni left no sforge-cni entry in %s", conflist)
+	}
 	return writeJSON(conflist, list)
 }
 

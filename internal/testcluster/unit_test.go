@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sforge-dev/netiso/internal/testbin"
 )
 
 func readTar(t *testing.T, data []byte) map[string]*tarEntry {
@@ -215,6 +217,8 @@ func TestConfigs(t *testing.T) {
 	}
 }
 
+// TestInstallSforgeCNIAppends: the harness chains sforge-cni with `sforge
+// install --cni`, then only adds its log file.
 func TestInstallSforgeCNIAppends(t *testing.T) {
 	dir := t.TempDir()
 	conflist := filepath.Join(dir, "10.conflist")
@@ -225,7 +229,10 @@ func TestInstallSforgeCNIAppends(t *testing.T) {
 	if err := os.WriteFile(plugin, []byte("bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := installSforgeCNI(plugin, dir, conflist, "/log"); err != nil {
+	// The user's path: the built `sforge install --cni`.
+	sforge := testbin.Build(t, "./cmd/sforge")
+	bin := filepath.Join(dir, "bin")
+	if err := installSforgeCNI(sforge, plugin, filepath.Join(dir, "prefix"), bin, conflist, "/log", ""); err != nil {
 		t.Fatal(err)
 	}
 	var list struct {
@@ -243,7 +250,13 @@ func TestInstallSforgeCNIAppends(t *testing.T) {
 	if caps["io.kubernetes.cri.pod-annotations"] != true || caps["dns"] != true {
 		t.Errorf("capabilities %v", caps)
 	}
-	if st, err := os.Stat(filepath.Join(dir, "sforge-cni")); err != nil || st.Mode()&0o111 == 0 {
+	if list.Plugins[1]["logFile"] != "/log" {
+		t.Errorf("logFile %v, want the cluster's", list.Plugins[1]["logFile"])
+	}
+	if got, err := os.ReadFile(filepath.Join(bin, "sforge-cni")); err != nil || string(got) != "bin" {
+		t.Errorf("plugin not copied by sforge install --cni: %q, %v", got, err)
+	}
+	if st, err := os.Stat(filepath.Join(bin, "sforge-cni")); err != nil || st.Mode()&0o111 == 0 {
 		t.Errorf("plugin not installed executable: %v", err)
 	}
 }

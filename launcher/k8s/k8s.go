@@ -96,8 +96,11 @@ type Backend struct {
 	pod        string // the Pod we created (or may have created)
 	policyName string // the policy we applied (or may have applied)
 	image      string
-	logCancel  context.CancelFunc
-	logDone    chan struct{}
+	// created is the Pod as the API server returned it at creation (its
+	// UID), kept after Cleanup for the verify diagnoser.
+	created   *corev1.Pod
+	logCancel context.CancelFunc
+	logDone   chan struct{}
 }
 
 var _ launcher.Backend = (*Backend)(nil)
@@ -300,6 +303,9 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, _ io.Writ
 		}
 		return fmt.Errorf("failed to create pod %s/%s: %w", ns, pod.Name, err)
 	}
+	b.mu.Lock()
+	b.created = created
+	b.mu.Unlock()
 	if p.Isolated {
 		if err := b.policy.SetOwner(ctx, netpol.Name(p.Name), created); err != nil {
 			return err
@@ -327,6 +333,14 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, _ io.Writ
 		_, _ = io.Copy(stdout, stream)
 	}()
 	return nil
+}
+
+// CreatedPod returns the last Pod Start created (nil before), also after
+// Cleanup deleted it: its name and UID identify the Pod's Events.
+func (b *Backend) CreatedPod() *corev1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.created
 }
 
 // started reports whether the agent's container has started (running or

@@ -101,9 +101,11 @@ type Report struct {
 // Diagnoser adds backend-specific findings after the probe ran. The
 // Kubernetes backend implements it (does the CNI enforce NetworkPolicy,
 // did sforge-cni run for the Pod); Docker needs none, since its runtime
-// check is part of the backend's Preflight.
+// check is part of the backend's Preflight. rep holds the probe's verdicts
+// and the launcher's run report, so that a diagnoser can reason from what
+// the probe saw; it must not change them.
 type Diagnoser interface {
-	Diagnose(ctx context.Context, p *launcher.Plan, run *launcher.Report) []Finding
+	Diagnose(ctx context.Context, p *launcher.Plan, rep *Report) []Finding
 }
 
 // MatrixConfig builds the probe's configuration; it mirrors the probe's
@@ -273,7 +275,7 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		rep.Findings = append(rep.Findings, Finding{Check: "probe run", Expect: "verdicts", Got: "none", Detail: "the probe printed no verdict: " + firstLine(stdout.String())})
 	}
 	if o.Diagnoser != nil && lerr == nil {
-		rep.Findings = append(rep.Findings, o.Diagnoser.Diagnose(ctx, p, run)...)
+		rep.Findings = append(rep.Findings, o.Diagnoser.Diagnose(ctx, p, rep)...)
 	}
 	rep.judge()
 	return rep, nil
