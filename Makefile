@@ -60,10 +60,14 @@ fuzz-ci:
 ## k8s-bins: etcd, kube-apiserver, kube-controller-manager built from Go modules
 ## for the Kubernetes integration tests and benchmarks; cached in
 ## $(SFORGE_K8S_CACHE) (default /var/cache/sforge/k8s), a no-op when up to date.
+## Also containerd 2.x for TestK8sNodeContainerd2 (hack/k8s/build-containerd.sh,
+## cached in $(SFORGE_CONTAINERD2_CACHE), default /var/cache/sforge/containerd).
 ## Without root (and no writable cache) it is skipped: those tests need root.
 k8s-bins:
 	@if [ "$$(id -u)" = 0 ] || [ -n "$$SFORGE_K8S_CACHE" ]; then bash hack/k8s/build.sh; \
 	else echo "k8s-bins: not root and SFORGE_K8S_CACHE unset: skipping the Kubernetes build"; fi
+	@if [ "$$(id -u)" = 0 ] || [ -n "$$SFORGE_CONTAINERD2_CACHE" ]; then bash hack/k8s/build-containerd.sh; \
+	else echo "k8s-bins: not root and SFORGE_CONTAINERD2_CACHE unset: skipping the containerd 2 build"; fi
 
 ## deps: install the system packages the tests need (as root, only when missing)
 deps:

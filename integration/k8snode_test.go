@@ -29,8 +29,10 @@ import (
 // by hand, and the admission policy. Afterwards nothing of the cluster may
 // be left on the host.
 func TestK8sNode(t *testing.T) {
-	before := testcluster.SnapshotHost()
-	var id string
+	var (
+		id     string
+		before testcluster.HostState
+	)
 	t.Run("node", func(t *testing.T) {
 		c := testcluster.Start(t, testcluster.Options{
 			SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
@@ -40,7 +42,7 @@ func TestK8sNode(t *testing.T) {
 			SforgeCNIEvents: true,
 			Probe:           testbin.Build(t, "./cmd/sforge-probe"),
 		})
-		id = c.ID
+		id, before = c.ID, c.HostBefore
 		const ns = "agents"
 		c.PrepareNamespace(t, ns)
 		// Order matters only for the last one: the admission policy
@@ -60,7 +62,7 @@ func TestK8sNode(t *testing.T) {
 	if id == "" {
 		return
 	}
-	if left := testcluster.Leftovers(id, before); len(left) > 0 {
+	if left := testcluster.LeftoversLocked(t, id, before); len(left) > 0 {
 		t.Errorf("left on the host after the cluster's teardown:\n%s", strings.Join(left, "\n"))
 	}
 }

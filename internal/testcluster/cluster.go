@@ -3,7 +3,9 @@
 // (internal/testk8s), Debian's containerd 1.6 with its CRI plugin, and a
 // kubelet, all built or installed from Go modules and Debian packages
 // (hack/k8s/build.sh builds the Kubernetes binaries) and all running inside
-// a private network namespace, "the node".
+// a private network namespace, "the node". Options.Containerd runs
+// containerd 2.x built from its Go module instead of Debian's 1.6 (see
+// containerd.go).
 //
 //	host (loopback only: a forwarder to the API server, see Server)
 //	node netns  sfn-ID: every daemon; uplink 10.200.0.1/24, 2001:db8:200::1/64;
@@ -143,6 +145,9 @@ type Options struct {
 	KubeletArgs []string
 	// ReadyTimeout bounds each wait of the start-up; default 3 minutes.
 	ReadyTimeout time.Duration
+	// Containerd selects the container runtime: ContainerdDebian (the
+	// default, Debian's 1.6) or Containerd2 (see containerd.go).
+	Containerd string
 }
 
 // Cluster is a running single-node cluster.
@@ -175,9 +180,15 @@ type Cluster struct {
 	containerd  *testk8s.Process
 	kubelet     *testk8s.Process
 	ctrdSock    string
+	ctrBin      string
 	capturePath string
 	// Startup records how long each phase of Start took.
 	Startup map[string]time.Duration
+	// HostBefore is the host's state when this cluster took the machine's
+	// lock, before it changed anything: what Leftovers compares with. A
+	// snapshot taken before Start may see another cluster's changes while
+	// that one still runs (another test package waiting on the lock).
+	HostBefore HostState
 }
 
 // Start brings the cluster up and registers its teardown. Missing
@@ -206,6 +217,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		CNIName:  dirPrefix + id,
 		opts:     o,
 		Startup:  map[string]time.Duration{},
+		// Under the lock, after stale clusters were torn down.
+		HostBefore: SnapshotHost(),
 	}
 	c.NetNS = "/run/netns/" + c.NodeName
 	t.Logf("testcluster: starting node %s in %s", c.NodeName, c.Dir)
@@ -286,6 +299,8 @@ func requirements(t testing.TB, o Options) {
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "nft", "gcc"} {
 		testenv.RequireBinary(t, b)
 	}
+	_, _, err := runtimeBinaries(o.Containerd)
+	testenv.Require(t, err == nil, fmt.Sprint(err))
 	for _, f := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/bin/busybox", "/proc/self/ns/cgroup"} {
 		_, err := os.Stat(f)
 		testenv.Require(t, err == nil, f+" missing (`make deps` installs containernetworking-plugins and busybox-static)")
@@ -295,7 +310,7 @@ func requirements(t testing.TB, o Options) {
 		testenv.Require(t, err == nil && st.Mode()&0o111 != 0,
 			fmt.Sprintf("%s not built in %s: run `make k8s-bins` (hack/k8s/build.sh)", b, testk8s.BinDir()))
 	}
-	_, err := pauseSource()
+	_, err = pauseSource()
 	testenv.Require(t, err == nil, fmt.Sprintf("hack/k8s/pause.c not found: %v", err))
 	if o.Probe != "" {
 		_, err := os.Stat(o.Probe)
@@ -687,7 +702,7 @@ func (c *Cluster) ctr(args ...string) ([]byte, error) {
 	all := append([]string{"--address", c.ctrdSock, "--namespace", "k8s.io"}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ctr", all...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.ctrBin, all...).CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
@@ -703,13 +718,14 @@ func (c *Cluster) startContainerd(t testing.TB) error {
 	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfg, []byte(containerdConfig(c.Dir)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(runtimeConfig(c.opts.Containerd, c.Dir)), 0o644); err != nil {
 		return err
 	}
-	bin, err := exec.LookPath("containerd")
+	bin, ctr, err := runtimeBinaries(c.opts.Containerd)
 	if err != nil {
 		return err
 	}
+	c.ctrBin = ctr
 	c.containerd = c.Control.StartProcess(t, "containerd", bin, "--config", cfg)
 	c.recordProc(t, c.containerd)
 	return c.waitFor(c.containerd, "containerd to serve its socket", func(ctx context.Context) error {

@@ -36,11 +36,13 @@ func TestClusterLifecycle(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("child process of TestStartFailureCleansUp")
 	}
-	before := SnapshotHost()
-	var id string
+	var (
+		id     string
+		before HostState
+	)
 	t.Run("cluster", func(t *testing.T) {
 		c := Start(t, Options{Probe: testbin.Build(t, "./cmd/sforge-probe")})
-		id = c.ID
+		id, before = c.ID, c.HostBefore
 		during := SnapshotHost()
 		for key, want := range kubeletSysctls {
 			if during.Sysctls[key] != want {
@@ -92,7 +94,7 @@ func TestClusterLifecycle(t *testing.T) {
 	if id == "" {
 		return
 	}
-	if left := Leftovers(id, before); len(left) > 0 {
+	if left := LeftoversLocked(t, id, before); len(left) > 0 {
 		t.Errorf("left on the host after teardown:\n%s", strings.Join(left, "\n"))
 	}
 }
