@@ -4,7 +4,7 @@
 //
 // Each family is installed with one `iptables-restore --noflush`
 // transaction, so a crash leaves either the old state or the new one, and
-// the result is read back with `iptables -S` and compared with what was
+// the result is read back with go-iptables and compared with what was
 // rendered before the install counts as done.
 package iptables
 
@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	goipt "github.com/coreos/go-iptables/iptables"
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/policy"
@@ -233,7 +235,7 @@ type family struct {
 	f       policy.Family
 	name    string // e.g. "ip6tables-nft", for errors
 	restore string
-	ipt     lister
+	ipt     *goipt.IPTables
 	timeout time.Duration
 }
 
@@ -242,8 +244,16 @@ func (e *Engine) family(b Backend, f policy.Family) (*family, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &family{f: f, name: binaryPrefix(f) + "-" + string(b), restore: restore,
-		ipt: lister{path: list, timeout: e.opts.Timeout}, timeout: e.opts.Timeout}, nil
+	proto := goipt.ProtocolIPv4
+	if f == policy.IPv6 {
+		proto = goipt.ProtocolIPv6
+	}
+	secs := int(e.opts.Timeout / time.Second)
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Path(list), goipt.Timeout(secs))
+	if err != nil {
+		return nil, fmt.Errorf("failed to use %s: %w", list, err)
+	}
+	return &family{f: f, name: binaryPrefix(f) + "-" + string(b), restore: restore, ipt: ipt, timeout: e.opts.Timeout}, nil
 }
 
 // jumps counts, per hook, the rules that jump to chain.
