@@ -86,16 +86,7 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	}
 	// Every verdict of the matrix streamed by sforge run passed.
 	requireMatrixPass(t, stdout.String(), append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-allowed-udp", "ipv6-udp")...)
-	cnt, err := c.Judge.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("judge counters (packets): %v", cnt)
-	for _, n := range []string{testcluster.CounterForbidden4, testcluster.CounterForbidden6} {
-		if cnt[n] != 0 {
-			t.Errorf("%d packet(s) of the agent reached the judge namespace as %s", cnt[n], n)
-		}
-	}
+	cnt := requireNoForbiddenAtJudge(t, c, "the agent")
 	for _, n := range []string{testcluster.CounterJudge, testcluster.CounterDNS} {
 		if cnt[n] == 0 {
 			t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", n)

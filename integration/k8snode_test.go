@@ -162,16 +162,7 @@ func testNodeIsolatedPod(t *testing.T, c *testcluster.Cluster, ns string) {
 	// Not one packet to a forbidden destination reached the judge
 	// namespace, from the container's first to its last; the allowed
 	// ones did.
-	cnt, err := c.Judge.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("judge counters (packets): %v", cnt)
-	for _, n := range []string{testcluster.CounterForbidden4, testcluster.CounterForbidden6} {
-		if cnt[n] != 0 {
-			t.Errorf("%d packet(s) of the isolated Pod reached the judge namespace as %s", cnt[n], n)
-		}
-	}
+	cnt := requireNoForbiddenAtJudge(t, c, "the isolated Pod")
 	for _, n := range []string{testcluster.CounterJudge, testcluster.CounterDNS} {
 		if cnt[n] == 0 {
 			t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", n)
@@ -418,4 +409,23 @@ func testNodeAdmission(t *testing.T, c *testcluster.Cluster, ns string) {
 	if p := run.Pod; p.Status.Phase != corev1.PodSucceeded {
 		t.Errorf("admitted Pod phase %s, want Succeeded", p.Status.Phase)
 	}
+}
+
+// requireNoForbiddenAtJudge reads the judge namespace's packet counters and
+// fails the test if any packet to a forbidden destination (IPv4 or IPv6)
+// got there; who names the sender in the message. The counters are
+// returned for the caller's positive checks.
+func requireNoForbiddenAtJudge(t *testing.T, c *testcluster.Cluster, who string) map[string]uint64 {
+	t.Helper()
+	cnt, err := c.Judge.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("judge counters (packets): %v", cnt)
+	for _, n := range []string{testcluster.CounterForbidden4, testcluster.CounterForbidden6} {
+		if cnt[n] != 0 {
+			t.Errorf("%d packet(s) of %s reached the judge namespace as %s", cnt[n], who, n)
+		}
+	}
+	return cnt
 }

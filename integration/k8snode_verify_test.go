@@ -168,16 +168,7 @@ func testNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) {
 	} else if ann, _ := add.RuntimeConfig()["io.kubernetes.cri.pod-annotations"].(map[string]any); ann[policy.AnnotationKey] == nil {
 		t.Errorf("sforge-cni's ADD for %s carried no %s annotation: %v", rep.Run.Workload, policy.AnnotationKey, add.RuntimeConfig())
 	}
-	cnt, err := c.Judge.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("judge counters (packets): %v", cnt)
-	for _, n := range []string{testcluster.CounterForbidden4, testcluster.CounterForbidden6} {
-		if cnt[n] != 0 {
-			t.Errorf("%d packet(s) reached the judge namespace as %s during verify", cnt[n], n)
-		}
-	}
+	cnt := requireNoForbiddenAtJudge(t, c, "verify's probe")
 	if cnt[testcluster.CounterJudge] == 0 {
 		t.Error("no packet reached the Judge: the positive control did not go through the judge namespace")
 	}
