@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,18 +22,12 @@ import (
 // admission parts of TestK8sNode do not depend on the runtime and are not
 // repeated. Afterwards nothing of the cluster may be left on the host.
 func TestK8sNodeContainerd2(t *testing.T) {
-	var (
-		id     string
-		before testcluster.HostState
-	)
-	t.Run("node", func(t *testing.T) {
-		c := testcluster.Start(t, testcluster.Options{
-			SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
-			CaptureCNI: true,
-			Probe:      testbin.Build(t, "./cmd/sforge-probe"),
-			Containerd: testcluster.Containerd2,
-		})
-		id, before = c.ID, c.HostBefore
+	runOnNode(t, testcluster.Options{
+		SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
+		CaptureCNI: true,
+		Probe:      testbin.Build(t, "./cmd/sforge-probe"),
+		Containerd: testcluster.Containerd2,
+	}, func(t *testing.T, c *testcluster.Cluster) {
 		// The kubelet talks to containerd 2, not to a 1.6 found on PATH.
 		n, err := c.Client(t).CoreV1().Nodes().Get(context.Background(), c.NodeName, metav1.GetOptions{})
 		if err != nil {
@@ -52,10 +45,4 @@ func TestK8sNodeContainerd2(t *testing.T) {
 		t.Run("open pod", func(t *testing.T) { testNodeOpenPod(t, c, ns) })
 		t.Run("malformed annotation", func(t *testing.T) { testNodeMalformedAnnotation(t, c, ns) })
 	})
-	if id == "" {
-		return
-	}
-	if left := testcluster.LeftoversLocked(t, id, before); len(left) > 0 {
-		t.Errorf("left on the host after the cluster's teardown:\n%s", strings.Join(left, "\n"))
-	}
 }

@@ -29,20 +29,14 @@ import (
 // by hand, and the admission policy. Afterwards nothing of the cluster may
 // be left on the host.
 func TestK8sNode(t *testing.T) {
-	var (
-		id     string
-		before testcluster.HostState
-	)
-	t.Run("node", func(t *testing.T) {
-		c := testcluster.Start(t, testcluster.Options{
-			SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
-			CaptureCNI: true,
-			// sforge-cni records its enforcement Event, which `sforge
-			// verify` reads as direct evidence.
-			SforgeCNIEvents: true,
-			Probe:           testbin.Build(t, "./cmd/sforge-probe"),
-		})
-		id, before = c.ID, c.HostBefore
+	runOnNode(t, testcluster.Options{
+		SforgeCNI:  testbin.Build(t, "./cmd/sforge-cni"),
+		CaptureCNI: true,
+		// sforge-cni records its enforcement Event, which `sforge
+		// verify` reads as direct evidence.
+		SforgeCNIEvents: true,
+		Probe:           testbin.Build(t, "./cmd/sforge-probe"),
+	}, func(t *testing.T, c *testcluster.Cluster) {
 		const ns = "agents"
 		c.PrepareNamespace(t, ns)
 		// Order matters only for the last one: the admission policy
@@ -58,6 +52,22 @@ func TestK8sNode(t *testing.T) {
 		// Takes sforge-cni out of the conflist while it runs.
 		t.Run("sforge verify without sforge-cni", func(t *testing.T) { testNodeVerifyWithoutSforgeCNI(t, c, ns) })
 		t.Run("admission", func(t *testing.T) { testNodeAdmission(t, c, ns) })
+	})
+}
+
+// runOnNode starts a single-node cluster with opts, runs body on it (in
+// the subtest "node", whose end tears the cluster down), and then fails
+// the test if anything of the cluster is left on the host.
+func runOnNode(t *testing.T, opts testcluster.Options, body func(t *testing.T, c *testcluster.Cluster)) {
+	t.Helper()
+	var (
+		id     string
+		before testcluster.HostState
+	)
+	t.Run("node", func(t *testing.T) {
+		c := testcluster.Start(t, opts)
+		id, before = c.ID, c.HostBefore
+		body(t, c)
 	})
 	if id == "" {
 		return

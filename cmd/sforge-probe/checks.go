@@ -116,15 +116,11 @@ func checkICMP(target string, timeout time.Duration) error {
 	if err != nil || !addr.Is4() {
 		return fmt.Errorf("want an IPv4 address, got %q", target)
 	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+	fd, err := pingSocket(unix.AF_INET, unix.IPPROTO_ICMP, timeout)
 	if err != nil {
 		return fmt.Errorf("failed to open an ICMP socket: %w", err)
 	}
 	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(timeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return err
-	}
 	// Echo request: type 8, code 0, checksum, identifier (the kernel
 	// sets it to the socket's), sequence 1, payload.
 	msg := append([]byte{8, 0, 0, 0, 0, 0, 0, 1}, "sforge-probe"...)
@@ -133,6 +129,21 @@ func checkICMP(target string, timeout time.Duration) error {
 		return fmt.Errorf("failed to send an echo request: %w", err)
 	}
 	return awaitEchoReply(fd, 0, timeout)
+}
+
+// pingSocket opens an unprivileged ICMP datagram socket of the family
+// whose receives give up after timeout.
+func pingSocket(family, proto int, timeout time.Duration) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, err
+	}
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // awaitEchoReply reads the socket until an ICMP message of type reply (0

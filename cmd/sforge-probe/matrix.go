@@ -465,15 +465,11 @@ func checkICMP6(target string, timeout time.Duration) error {
 	if err != nil || !addr.Is6() {
 		return fmt.Errorf("want an IPv6 address, got %q", target)
 	}
-	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	fd, err := pingSocket(unix.AF_INET6, unix.IPPROTO_ICMPV6, timeout)
 	if err != nil {
 		return fmt.Errorf("failed to open an ICMPv6 socket: %w", err)
 	}
 	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(timeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return err
-	}
 	sa := &unix.SockaddrInet6{Addr: addr.As16()}
 	if z := addr.Zone(); z != "" {
 		ifi, err := net.InterfaceByName(z)

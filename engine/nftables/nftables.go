@@ -281,7 +281,9 @@ func dial(path string, opts ...nftables.ConnOption) (*nftables.Conn, func(), err
 }
 
 // inNetNS runs fn on the calling goroutine's thread while that thread is in
-// the network namespace nsFD, then moves the thread back. Should moving
+// the network namespace nsFD, then moves the thread back. (engine.WithNetNS,
+// through CNI's ns.Do, runs fn on a new goroutine: the hand-off dial
+// avoids.) Should moving
 // back fail, the goroutine stays locked to the thread, so that nothing
 // else ever runs in the wrong namespace by accident, and an error is
 // returned.
