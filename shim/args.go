@@ -2,6 +2,7 @@ package shim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -31,6 +32,10 @@ type Args struct {
 	// HasPIDFile tells an absent flag from an empty value.
 	PIDFile    string
 	HasPIDFile bool
+	// PreserveFDs is create/run's --preserve-fds: descriptors 3 to
+	// 3+PreserveFDs-1 (after any socket-activation ones) go to the
+	// container.
+	PreserveFDs int
 }
 
 // Modifies reports whether the subcommand creates a container from a
@@ -175,6 +180,12 @@ func ParseArgs(args []string) (Args, error) {
 			a.Bundle = value // the last one wins, as in runc
 		case "pid-file":
 			a.PIDFile, a.HasPIDFile = value, true
+		case "preserve-fds":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 0 {
+				return a, fmt.Errorf("runc %s: flag --preserve-fds wants a count of descriptors, not %q", a.Command, value)
+			}
+			a.PreserveFDs = n
 		}
 	}
 	return a, nil

@@ -42,7 +42,7 @@ func TestParseArgs(t *testing.T) {
 		},
 		{"single dash globals", "-root /r -log /l create ctr", Args{Command: "create", CommandIndex: 4, ID: "ctr", LogFile: "/l"}},
 		{"value flags of create are not the bundle", "create --pid-file -b --console-socket /s ctr", Args{Command: "create", ID: "ctr", PIDFile: "-b", HasPIDFile: true}},
-		{"preserve-fds", "run --preserve-fds 3 -b /b ctr", Args{Command: "run", ID: "ctr", Bundle: "/b"}},
+		{"preserve-fds", "run --preserve-fds 3 -b /b ctr", Args{Command: "run", ID: "ctr", Bundle: "/b", PreserveFDs: 3}},
 		{"pid-file equals", "create --pid-file=/p ctr", Args{Command: "create", ID: "ctr", PIDFile: "/p", HasPIDFile: true}},
 		{"empty pid-file", "create --pid-file= ctr", Args{Command: "create", ID: "ctr", HasPIDFile: true}},
 		{"double dash ends flags", "create -- -b", Args{Command: "create", ID: "-b"}},
@@ -78,6 +78,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{"empty bundle", "create --bundle= ctr", "empty value"},
 		{"global log without value", "--log", "--log needs a value"},
 		{"pid-file without value", "create ctr --pid-file", "--pid-file needs a value"},
+		{"preserve-fds not a count", "create --preserve-fds x ctr", "--preserve-fds wants a count"},
+		{"preserve-fds negative", "run --preserve-fds=-1 ctr", "--preserve-fds wants a count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

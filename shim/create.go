@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,7 +20,9 @@ import (
 	"github.com/sforge-dev/netiso/engine/nftables"
 )
 
-// The isolated create, without a hook process.
+// The isolated create of a container whose network namespace the shim does
+// not make (one given by path, or inside a user namespace), without a hook
+// process.
 //
 // runc create returns once the container exists and its init process
 // waits, inside all the container's namespaces, for `runc start`: the
@@ -39,13 +40,7 @@ import (
 
 // create runs the isolated create: runc create as a child, then the rules.
 func (s *Shim) create(a Args, args []string, p *plan) error {
-	// Choosing the engine can fail (no nftables, no iptables): find out
-	// before anything is created.
-	eng, err := s.engine()
-	if err != nil {
-		return &RefusedError{ID: a.ID, Cause: "no rule engine: " + err.Error(),
-			Fix: fmt.Sprintf("force one with \"engine\" in %s or $%s", DefaultConfigPath, engines.EnvVar)}
-	}
+	eng := p.engine
 	pidFile, runArgs := a.PIDFile, args
 	if pidFile == "" {
 		// The pid file is how runc tells its caller the init pid; ask
@@ -61,13 +56,9 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		runArgs = append(runArgs, "--pid-file", pidFile)
 		runArgs = append(runArgs, args[a.CommandIndex+1:]...)
 	}
-	// The shim does one thing at a time: with a single P the Go runtime
-	// does not keep a second thread spinning for work each time a
-	// goroutine wakes, CPU that the install needs on a busy host (the
-	// install took 1.39 ms instead of 1.56 here). And while runc creates
-	// the container, the install's own work that needs no namespace is
-	// done once (nftables.Warm): both together, 1.16 ms instead of 1.56.
-	runtime.GOMAXPROCS(1)
+	// While runc creates the container, the install's own work that needs
+	// no namespace is done once (nftables.Warm); with one P (see prepare),
+	// the install took 1.16 ms instead of 1.56 here.
 	warmed := make(chan struct{})
 	go func() {
 		defer close(warmed)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -29,6 +30,7 @@ const (
 	asShimEnv      = "SFORGE_SHIM_TEST_AS_MAIN"
 	fakeEngineEnv  = "SFORGE_SHIM_TEST_ENGINE"
 	fakeEngineFail = "SFORGE_SHIM_TEST_ENGINE_FAIL"
+	noMadeNetNSEnv = "SFORGE_SHIM_TEST_NO_MADE_NETNS"
 )
 
 func TestMain(m *testing.M) {
@@ -38,6 +40,7 @@ func TestMain(m *testing.M) {
 			o.engine = &fakeEngine{rec: rec, fail: os.Getenv(fakeEngineFail)}
 			o.hostNetNS = []string{}
 		}
+		o.noMadeNetNS = os.Getenv(noMadeNetNSEnv) == "1"
 		os.Exit(run(os.Args[1:], o))
 	}
 	os.Exit(m.Run())
@@ -80,6 +83,7 @@ for a in "$@"; do printf '%s\0' "$a" >> "$REC/argv"; done
 (IFS='|'; echo "$*") >> "$REC/calls"
 cat > "$REC/stdin"
 [ -e /proc/self/fd/3 ] && echo open > "$REC/fd3"
+for f in /proc/$$/fd/*; do case "$(readlink "$f")" in net:*) echo "$f" >> "$REC/netns";; esac; done
 create=; pidfile=; prev=
 for a in "$@"; do
   case "$prev" in --pid-file) pidfile=$a;; esac
@@ -122,7 +126,9 @@ func newHarness(t *testing.T, spec string) *harness {
 		must(t, os.WriteFile(filepath.Join(h.bundle, SpecFile), []byte(spec), 0o644))
 	}
 	h.engineRec = filepath.Join(h.dir, "engine")
-	h.env = []string{fakeEngineEnv + "=" + h.engineRec}
+	// The create-then-install path unless a test asks for the made
+	// namespace (madeNetNS): the fake runtime cannot join one.
+	h.env = []string{fakeEngineEnv + "=" + h.engineRec, noMadeNetNSEnv + "=1"}
 	t.Cleanup(func() {
 		b, _ := os.ReadFile(filepath.Join(h.rec, "sleepers"))
 		for _, f := range strings.Fields(string(b)) {
@@ -540,7 +546,8 @@ func TestCreateRefused(t *testing.T) {
 		{"no capabilities", `{"process":{"env":["SFORGE_EGRESS=v1"]},"linux":{"namespaces":[{"type":"network"}]}}`, "lists no capabilities", false},
 		{"no process", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network"}]}}`, "lists no capabilities", false},
 		{"hook missing for a netns path", `{"process":{"env":["SFORGE_EGRESS=v1"],"capabilities":{}},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`, "missing or not executable", true},
-		{"spec not JSON", `{"annotations":`, "failed to parse the container spec", false},
+		{"spec not JSON", `{"annotations":{"sforge.io/egress":"v1"`, "failed to parse the container spec", false},
+		{"escaped key, not JSON", `{"annotations":{"sforge.io\/egress":`, "failed to parse the container spec", false},
 		{"hooks not patchable", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{}},"hooks":{"poststop":"x"},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`, "failed to add the", false},
 	}
 	for _, tt := range tests {
@@ -634,5 +641,147 @@ func TestRefusedErrorMessage(t *testing.T) {
 	}
 	if got := fmt.Sprint(&RefusedError{Cause: "c", Fix: "f"}); !strings.Contains(got, "container ? refused") {
 		t.Fatal(got)
+	}
+}
+
+// A create or run of a container with a network namespace of its own
+// (modeMadeNetNS): the shim makes the namespace, installs in it, names it
+// in the spec by a descriptor that the runtime it execs inherits, and
+// hands the command line over unchanged: no pid file of its own, no hook.
+func TestCreateMadeNetNS(t *testing.T) {
+	testenv.RequireRoot(t)
+	for name, argv := range map[string][]string{
+		"containerd form": {"--root", "/r", "create", "--bundle", "B", "--pid-file", "P", "ctr"},
+		"preserve-fds":    {"create", "--preserve-fds", "2", "-b", "B", "ctr"},
+		"run":             {"run", "-d", "-b", "B", "ctr"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, isolatedSpec)
+			h.env = []string{fakeEngineEnv + "=" + h.engineRec} // the made namespace
+			argv := slices.Clone(argv)
+			for i, a := range argv {
+				argv[i] = strings.NewReplacer("B", h.bundle, "P", filepath.Join(h.dir, "pid")).Replace(a)
+			}
+			for i := 0; i < 2; i++ { // twice: the second run reads what the first wrote
+				r := h.run(t, h.dir, "", argv...)
+				if r.code != 0 || r.stderr != "" || !slices.Equal(r.argv, argv) {
+					t.Fatalf("run %d: exit %d stderr %q argv %q, want %q", i, r.code, r.stderr, r.argv, argv)
+				}
+				s, err := LoadSpec(h.bundle)
+				must(t, err)
+				_, path, err := s.NetworkNamespace()
+				must(t, err)
+				if s.Annotations()[preisolatedAnnotation] != path {
+					t.Fatalf("namespace path %q, annotation %q", path, s.Annotations()[preisolatedAnnotation])
+				}
+				// The runtime held that descriptor, a network namespace.
+				held, _ := os.ReadFile(filepath.Join(h.rec, "netns"))
+				_ = os.Remove(filepath.Join(h.rec, "netns"))
+				var fd int
+				if _, err := fmt.Sscanf(path[strings.LastIndex(path, "/")+1:], "%d", &fd); err != nil || !strings.Contains(string(held), fmt.Sprintf("/fd/%d\n", fd)) {
+					t.Fatalf("spec names %s; the runtime held network namespaces at %q", path, held)
+				}
+				if a, _ := ParseArgs(argv); fd < 3+a.PreserveFDs {
+					t.Fatalf("namespace at descriptor %d, inside the %d the container inherits", fd, a.PreserveFDs)
+				}
+				for _, stage := range []string{StageCreateRuntime, StagePoststop} {
+					if hs, _ := s.Hooks(stage); len(hs) != 0 {
+						t.Fatalf("%s hooks %+v", stage, hs)
+					}
+				}
+				if caps, _ := s.Capabilities("bounding"); slices.Contains(caps, "CAP_NET_RAW") {
+					t.Fatalf("NET_RAW kept: %v", caps)
+				}
+			}
+			if got := h.engineLog(); strings.Count(got, "install id=ctr netns=/proc/self/fd/") != 2 {
+				t.Fatalf("engine calls %q: want one install per create", got)
+			}
+			log, _ := os.ReadFile(filepath.Join(h.dir, "log", "runtime.log"))
+			if strings.Count(string(log), "container ctr: isolated before start (netns=made-by-sforge engine=fake") != 2 {
+				t.Fatalf("shim log: %q", log)
+			}
+		})
+	}
+}
+
+// The engine fails in the made namespace: the runtime never runs, and the
+// one line says that nothing was created.
+func TestCreateMadeNetNSEngineFailure(t *testing.T) {
+	testenv.RequireRoot(t)
+	h := newHarness(t, isolatedSpec)
+	h.env = []string{fakeEngineEnv + "=" + h.engineRec, fakeEngineFail + "=netlink: operation not permitted"}
+	r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr")
+	if r.code == 0 || r.argv != nil || len(h.calls()) != 0 {
+		t.Fatalf("exit %d, runtime calls %q: want none", r.code, h.calls())
+	}
+	if want := "sforge-runtime: container ctr refused: failed to install the egress rules: netlink: operation not permitted; nothing was created"; !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("stderr %q, want one line starting %q", r.stderr, want)
+	}
+}
+
+func TestChooseMode(t *testing.T) {
+	for _, tc := range []struct {
+		name, namespaces, command string
+		env                       map[string]string
+		noMade                    bool
+		want                      isolationMode
+	}{
+		{"private", `{"type":"network"}`, "create", nil, false, modeMadeNetNS},
+		{"private run", `{"type":"network"}`, "run", nil, false, modeMadeNetNS},
+		{"private with socket activation", `{"type":"network"}`, "create", map[string]string{"LISTEN_FDS": "2"}, false, modeMadeNetNS},
+		{"path", `{"type":"network","path":"/run/netns/x"}`, "create", nil, false, modeAfterCreate},
+		{"path run", `{"type":"network","path":"/run/netns/x"}`, "run", nil, false, modeHook},
+		{"path with socket activation", `{"type":"network","path":"/run/netns/x"}`, "create", map[string]string{"LISTEN_FDS": "2"}, false, modeHook},
+		{"user namespace", `{"type":"user"},{"type":"network"}`, "create", nil, false, modeAfterCreate},
+		{"user namespace run", `{"type":"network"},{"type":"user","path":"/proc/9/ns/user"}`, "run", nil, false, modeHook},
+		{"made namespaces off", `{"type":"network"}`, "create", nil, true, modeAfterCreate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := ParseSpec([]byte(`{"linux":{"namespaces":[` + tc.namespaces + `]}}`))
+			must(t, err)
+			s := &Shim{NoMadeNetNS: tc.noMade, Getenv: func(k string) string { return tc.env[k] }}
+			got, err := s.chooseMode(Args{Command: tc.command, ID: "c"}, spec)
+			if err != nil || got != tc.want {
+				t.Fatalf("chooseMode = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMinNetNSFD(t *testing.T) {
+	for _, tc := range []struct {
+		preserve int
+		listen   string
+		want     int
+	}{{0, "", 3}, {2, "", 5}, {0, "3", 6}, {1, "2", 6}, {0, "x", 3}, {0, "-4", 3}} {
+		s := &Shim{Getenv: func(k string) string {
+			if k == "LISTEN_FDS" {
+				return tc.listen
+			}
+			return ""
+		}}
+		if got := s.minNetNSFD(Args{PreserveFDs: tc.preserve}); got != tc.want {
+			t.Errorf("preserve %d, LISTEN_FDS %q: %d, want %d", tc.preserve, tc.listen, got, tc.want)
+		}
+	}
+}
+
+// A bundle whose earlier create had a namespace made by the shim, then lost
+// its allowlist: the path naming that gone descriptor is removed before
+// runc reads the spec.
+func TestCreateForgetsMadeNetNSWithoutAllowlist(t *testing.T) {
+	spec := `{"annotations":{"sforge.io/preisolated-netns":"/proc/1/fd/5"},"process":{"capabilities":{}},"linux":{"namespaces":[{"type":"network","path":"/proc/1/fd/5"}]}}`
+	h := newHarness(t, spec)
+	r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr")
+	if r.code != 0 || r.argv == nil {
+		t.Fatalf("exit %d stderr %q: want runc to run", r.code, r.stderr)
+	}
+	s, err := LoadSpec(h.bundle)
+	must(t, err)
+	if found, path, _ := s.NetworkNamespace(); !found || path != "" {
+		t.Fatalf("network namespace path %q left for runc", path)
+	}
+	if _, ok := s.Annotations()[preisolatedAnnotation]; ok {
+		t.Fatal("mark kept")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // Spec is a bundle's config.json held as generic JSON: the shim edits the
@@ -25,35 +27,74 @@ type Spec struct {
 	process     map[string]json.RawMessage
 	env         []string
 	// caps is process.capabilities, decoded on first use.
-	caps  map[string]json.RawMessage
-	dirty bool
+	caps map[string]json.RawMessage
+	// linux and nsList are the linux object and its namespaces, decoded
+	// on first use.
+	linux  map[string]json.RawMessage
+	nsList []namespace
+	dirty  bool
 }
 
 // SpecFile is the name of the OCI runtime configuration inside a bundle.
 const SpecFile = "config.json"
 
+// sforgeAnnotationPrefix starts every annotation of sforge's.
+const sforgeAnnotationPrefix = "sforge.io/"
+
 // LoadSpec reads <bundle>/config.json.
 func LoadSpec(bundle string) (*Spec, error) {
+	f, err := ReadRawSpec(bundle)
+	if err != nil {
+		return nil, err
+	}
+	return f.Parse()
+}
+
+// RawSpec is a bundle's config.json as read, not yet parsed.
+type RawSpec struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
+
+// ReadRawSpec reads <bundle>/config.json.
+func ReadRawSpec(bundle string) (RawSpec, error) {
 	path := filepath.Join(bundle, SpecFile)
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("failed to open the container spec: %w", err)
+		return RawSpec{}, fmt.Errorf("failed to open the container spec: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("failed to stat the container spec: %w", err)
+		return RawSpec{}, fmt.Errorf("failed to stat the container spec: %w", err)
 	}
-	var b bytes.Buffer
+	b := bytes.NewBuffer(make([]byte, 0, st.Size()+512))
 	if _, err := b.ReadFrom(f); err != nil {
-		return nil, fmt.Errorf("failed to read the container spec %s: %w", path, err)
+		return RawSpec{}, fmt.Errorf("failed to read the container spec %s: %w", path, err)
 	}
-	s, err := ParseSpec(b.Bytes())
+	return RawSpec{Path: path, Data: b.Bytes(), Mode: st.Mode().Perm()}, nil
+}
+
+// Parse decodes the document.
+func (f RawSpec) Parse() (*Spec, error) {
+	s, err := ParseSpec(f.Data)
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse the container spec %s: %w", path, err)
+		return nil, fmt.Errorf("failed to parse the container spec %s: %w", f.Path, err)
 	}
-	s.path, s.mode = path, st.Mode().Perm()
+	s.path, s.mode = f.Path, f.Mode
 	return s, nil
+}
+
+// MentionsSforge reports whether the document may hold anything of
+// sforge's: the allowlist annotation or variable, or an annotation the
+// shim wrote. When it returns false the spec has none of them, and the
+// shim hands the container to runc without parsing it. It errs towards
+// true: JSON may spell any character of a key as an escape, so a document
+// with any backslash counts as mentioning sforge.
+func (f RawSpec) MentionsSforge() bool {
+	return bytes.Contains(f.Data, []byte(sforgeAnnotationPrefix)) || bytes.Contains(f.Data, []byte(policy.EnvVar)) ||
+		bytes.IndexByte(f.Data, '\\') >= 0
 }
 
 // ParseSpec decodes a config.json document.
@@ -249,22 +290,13 @@ func (s *Spec) Capabilities(set string) ([]string, error) {
 // NetworkNamespace reports whether linux.namespaces has a network entry and
 // its path ("" for a new namespace).
 func (s *Spec) NetworkNamespace() (found bool, path string, err error) {
-	// Decoded into a struct, not a map of raw members: linux holds the
-	// seccomp profile, which would be copied for nothing.
-	var linux struct {
-		Namespaces []struct {
-			Type string `json:"type"`
-			Path string `json:"path"`
-		} `json:"namespaces"`
+	list, err := s.namespaces()
+	if err != nil {
+		return false, "", err
 	}
-	if raw, ok := s.top["linux"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &linux); err != nil {
-			return false, "", fmt.Errorf("field linux: %w", err)
-		}
-	}
-	for _, n := range linux.Namespaces {
-		if n.Type == "network" {
-			return true, n.Path, nil
+	for _, n := range list {
+		if n.typ == "network" {
+			return true, n.path, nil
 		}
 	}
 	return false, "", nil
@@ -419,4 +451,117 @@ func marshal(v any) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// HasNamespace reports whether linux.namespaces has an entry of type typ
+// ("user", "network", ...), whether new or given by path.
+func (s *Spec) HasNamespace(typ string) (bool, error) {
+	list, err := s.namespaces()
+	if err != nil {
+		return false, err
+	}
+	for _, n := range list {
+		if n.typ == typ {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// SetNetworkNamespacePath sets the path of the linux.namespaces network
+// entry, or removes it when path is "" (a new namespace). The spec must
+// have a network entry.
+func (s *Spec) SetNetworkNamespacePath(path string) error {
+	list, err := s.namespaces()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(list, func(n namespace) bool { return n.typ == "network" })
+	if i < 0 {
+		return errors.New("linux.namespaces has no network entry")
+	}
+	n := list[i]
+	if path == "" {
+		delete(n.raw, "path")
+	} else if n.raw["path"], err = marshal(path); err != nil {
+		return err
+	}
+	n.path = path
+	list[i] = n
+	items := make([]json.RawMessage, len(list))
+	for i, m := range list {
+		if items[i], err = encodeObject(m.raw); err != nil {
+			return err
+		}
+	}
+	if s.linux["namespaces"], err = marshal(items); err != nil {
+		return err
+	}
+	if s.top["linux"], err = encodeObject(s.linux); err != nil {
+		return err
+	}
+	s.dirty = true
+	return nil
+}
+
+// namespace is an entry of linux.namespaces: its type and path, and its
+// members as found (to write back what the shim does not know).
+type namespace struct {
+	typ, path string
+	raw       map[string]json.RawMessage
+}
+
+// namespaces decodes linux.namespaces once. The linux object is decoded
+// into raw members once too: it holds the seccomp profile, most of a
+// Docker config.json, which every other decoding would read again.
+func (s *Spec) namespaces() ([]namespace, error) {
+	if s.nsList != nil {
+		return s.nsList, nil
+	}
+	linux, err := objectField(s.top, "linux")
+	if err != nil {
+		return nil, err
+	}
+	var raws []map[string]json.RawMessage
+	if raw, ok := linux["namespaces"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &raws); err != nil {
+			return nil, fmt.Errorf("field linux.namespaces: %w", err)
+		}
+	}
+	list := make([]namespace, 0, len(raws))
+	for i, r := range raws {
+		n := namespace{raw: r}
+		for member, dst := range map[string]*string{"type": &n.typ, "path": &n.path} {
+			if v, ok := r[member]; ok && !isNull(v) {
+				if err := json.Unmarshal(v, dst); err != nil {
+					return nil, fmt.Errorf("field linux.namespaces[%d].%s: %w", i, member, err)
+				}
+			}
+		}
+		list = append(list, n)
+	}
+	s.linux, s.nsList = linux, list
+	return list, nil
+}
+
+// SetAnnotation sets annotations[k] to v, or removes it when v is "".
+func (s *Spec) SetAnnotation(k, v string) error {
+	if v == "" {
+		if _, ok := s.annotations[k]; !ok {
+			return nil
+		}
+		delete(s.annotations, k)
+	} else {
+		if s.annotations == nil {
+			s.annotations = map[string]string{}
+		}
+		s.annotations[k] = v
+	}
+	raw, err := marshal(s.annotations)
+	if err != nil {
+		return err
+	}
+	s.top["annotations"] = raw
+	s.dirty = true
+	return nil
 }

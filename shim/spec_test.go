@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sforge-dev/netiso/policy"
 )
 
 func loadFixture(t *testing.T) (dir string, s *Spec) {
@@ -218,11 +220,26 @@ func FuzzParseSpec(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"process":{"capabilities":{"bounding":["CAP_NET_RAW"]}},"hooks":null}`))
 	f.Add([]byte(`{"annotations":{"sforge.io/egress":"v1"}}`))
+	f.Add([]byte(`{"annotations":{"sforge.io/preisolated-netns":"/proc/1/fd/3"},"linux":{"namespaces":[{"type":"network","path":"/proc/1/fd/3"},{"type":"user"}]}}`))
+	f.Add([]byte(`{"annotations":{"sforge.io\/egress":"v1"},"process":{"env":["SFORGE_\u0045GRESS=v1"]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseSpec(b)
 		if err != nil {
 			return
 		}
+		// The shim hands a spec that does not mention sforge to runc
+		// unparsed: such a spec must ask for nothing.
+		if !(RawSpec{Data: b}).MentionsSforge() {
+			_, found, _ := policy.Lookup(s.Annotations(), s.Env())
+			_, marked := s.Annotations()[preisolatedAnnotation]
+			if found || marked {
+				t.Fatalf("a spec that MentionsSforge says nothing of asks for isolation: %q", b)
+			}
+		}
+		_ = forgetPreisolated(s)
+		_, _ = s.HasNamespace("user")
+		_ = s.SetNetworkNamespacePath("/proc/1/fd/3")
+		_ = s.SetAnnotation(preisolatedAnnotation, "/proc/1/fd/3")
 		_, _ = s.DropCapability("CAP_NET_RAW")
 		_, _ = s.AddHook(StageCreateRuntime, Hook{Path: "/h"})
 		_, _, _ = s.NetworkNamespace()
@@ -232,4 +249,82 @@ func FuzzParseSpec(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSetNetworkNamespacePath(t *testing.T) {
+	const doc = `{"linux":{"namespaces":[{"type":"pid"},{"type":"network","future":1}],"seccomp":{"x":[1,2]}},"z":true}`
+	s, err := ParseSpec([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetNetworkNamespacePath("/proc/7/fd/9"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.Bytes()
+	if want := `{"linux":{"namespaces":[{"type":"pid"},{"future":1,"path":"/proc/7/fd/9","type":"network"}],"seccomp":{"x":[1,2]}},"z":true}`; string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	if _, path, _ := s.NetworkNamespace(); path != "/proc/7/fd/9" {
+		t.Fatalf("NetworkNamespace path %q after the change", path)
+	}
+	if err := s.SetNetworkNamespacePath(""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Bytes(); !strings.Contains(string(b), `{"future":1,"type":"network"}`) {
+		t.Fatalf("path not removed: %s", b)
+	}
+	none, _ := ParseSpec([]byte(`{"linux":{"namespaces":[{"type":"pid"}]}}`))
+	if err := none.SetNetworkNamespacePath("/x"); err == nil {
+		t.Fatal("no network entry: want an error")
+	}
+	bad, _ := ParseSpec([]byte(`{"linux":{"namespaces":[{"type":7}]}}`))
+	if _, err := bad.HasNamespace("user"); err == nil || !strings.Contains(err.Error(), "linux.namespaces[0].type") {
+		t.Fatalf("bad type: %v, want the field named", err)
+	}
+}
+
+// A path the shim wrote on an earlier create of the bundle stands for a new
+// namespace again; any other path is the user's and stays.
+func TestForgetPreisolated(t *testing.T) {
+	for _, tc := range []struct{ name, path, mark, wantPath string }{
+		{"ours", "/proc/5/fd/3", "/proc/5/fd/3", ""},
+		{"the user's", "/run/netns/x", "/proc/5/fd/3", "/run/netns/x"},
+		{"no mark", "/run/netns/x", "", "/run/netns/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := `{}`
+			if tc.mark != "" {
+				ann = `{"` + preisolatedAnnotation + `":"` + tc.mark + `"}`
+			}
+			s, err := ParseSpec([]byte(`{"annotations":` + ann + `,"linux":{"namespaces":[{"type":"network","path":"` + tc.path + `"}]}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := forgetPreisolated(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, path, _ := s.NetworkNamespace(); path != tc.wantPath {
+				t.Fatalf("path %q, want %q", path, tc.wantPath)
+			}
+			if _, ok := s.Annotations()[preisolatedAnnotation]; ok {
+				t.Fatal("mark kept")
+			}
+		})
+	}
+}
+
+func TestMentionsSforge(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`{"annotations":{"sforge.io/egress":"v1"}}`:             true,
+		`{"process":{"env":["SFORGE_EGRESS=v1"]}}`:              true,
+		`{"annotations":{"sforge.io/preisolated-netns":"/x"}}`:  true,
+		`{"annotations":{"sforge.io\/egress":"v1"}}`:            true, // escapes: parse to be sure
+		`{"annotations":{"\u0073forge.io/egress":"v1"}}`:        true,
+		`{"process":{"env":["PATH=/bin"]},"hostname":"sforge"}`: false,
+		``: false,
+	} {
+		if got := (RawSpec{Data: []byte(doc)}).MentionsSforge(); got != want {
+			t.Errorf("MentionsSforge(%s) = %v, want %v", doc, got, want)
+		}
+	}
 }
