@@ -34,6 +34,10 @@ import (
 // its network namespace must belong to its user namespace, which only
 // runc creates.
 //
+// The spec is written back, naming a descriptor number reserved
+// beforehand, while the namespace is being made; the install runs after,
+// alone.
+//
 // The path is recorded in an annotation, so that a later create or run of
 // the same bundle (people rerun `runc run` on one bundle) reads it as the
 // new namespace it stands for instead of joining a descriptor that no
@@ -63,30 +67,48 @@ func forgetPreisolated(spec *Spec) error {
 }
 
 // madeNetNS is a network namespace being made for a container, on a
-// thread of its own, while the shim reads the spec.
+// thread of its own, while the shim reads and writes the spec.
 type madeNetNS struct {
-	done chan struct{}
+	// fd is the descriptor the namespace will have, known (reserved)
+	// before it is made, so that the spec can name it meanwhile.
 	fd   int
+	done chan struct{}
 	err  error
 }
 
-// makeNetNS starts making a network namespace whose descriptor will be at
-// least minFD. The thread that makes it stays in it and ends with its
-// goroutine (it is never unlocked).
+// makeNetNS reserves a descriptor of at least minFD and starts making a
+// network namespace there. The thread that makes it stays in it and ends
+// with its goroutine (it is never unlocked).
 func makeNetNS(minFD int) *madeNetNS {
-	m := &madeNetNS{done: make(chan struct{}), fd: -1}
+	m := &madeNetNS{fd: -1, done: make(chan struct{})}
+	// A placeholder holds the number until the namespace replaces it; it
+	// is close-on-exec, the namespace will not be.
+	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		m.fd, err = unix.FcntlInt(uintptr(null), unix.F_DUPFD_CLOEXEC, minFD)
+		unix.Close(null)
+	}
+	if err != nil {
+		m.err = fmt.Errorf("failed to reserve a descriptor for the container's network namespace: %w", err)
+		close(m.done)
+		return m
+	}
 	go func() {
 		defer close(m.done)
 		runtime.LockOSThread()
-		m.fd, m.err = newNetNS(minFD)
+		m.err = newNetNS(m.fd)
 	}()
 	return m
 }
 
-// wait returns the namespace's descriptor once it is made.
-func (m *madeNetNS) wait() (int, error) {
+// path names the namespace for runc: the shim's descriptor, which runc
+// inherits with the shim's pid.
+func (m *madeNetNS) path() string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), m.fd) }
+
+// wait returns once the namespace is made (or could not be).
+func (m *madeNetNS) wait() error {
 	<-m.done
-	return m.fd, m.err
+	return m.err
 }
 
 // discard closes the namespace (unused: the container gets another one),
@@ -95,8 +117,9 @@ func (m *madeNetNS) discard() {
 	if m == nil {
 		return
 	}
-	if fd, err := m.wait(); err == nil {
-		_ = unix.Close(fd)
+	_ = m.wait()
+	if m.fd >= 0 {
+		_ = unix.Close(m.fd)
 	}
 }
 
@@ -111,40 +134,14 @@ func (s *Shim) minNetNSFD(a Args) int {
 	return minFD
 }
 
-// preisolate installs the rules in the namespace made for the container,
-// points the spec at it and writes the spec back. The namespace's
-// descriptor stays open (and open across exec) in the shim's process; the
-// caller execs runc next.
+// preisolate names the namespace being made for the container in the
+// spec and writes the spec back, then installs the rules in the namespace.
+// Its descriptor stays open (and open across exec) in the shim's process;
+// the caller execs runc next.
 func (s *Shim) preisolate(a Args, spec *Spec, p *plan) error {
-	type installed struct {
-		rep         engine.Report
-		cpu         time.Duration
-		switches    string
-		err         error
-		started, at time.Time
-	}
-	// The install's work that needs no namespace, done once (rendering
-	// and encoding the rules), while the namespace is being made.
-	if _, ok := p.engine.(*nftables.Engine); ok {
-		_ = nftables.Warm(a.ID, p.allow)
-	}
-	fd, err := p.netns.wait()
-	if err != nil {
-		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "nothing was created; check the host with `sforge doctor`"}
-	}
-	// The rules go in from an ordinary goroutine while the spec is
-	// written back. (Not from the thread that made the namespace: on a
-	// locked thread every netlink reply costs two thread hand-offs, and
-	// the install took 3-5 ms instead of 1.)
-	done := make(chan installed, 1)
-	go func() {
-		r := installed{started: time.Now()}
-		cpu0, sw0 := cpuTime(), switches()
-		r.rep, r.err = p.engine.Install(engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", fd), ID: a.ID}, p.allow)
-		r.cpu, r.switches, r.at = cpuTime()-cpu0, switches().since(sw0), time.Now()
-		done <- r
-	}()
-	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
+	// Written while the namespace is being made (its system calls leave
+	// the shim's one P free), so that the install runs alone after.
+	path := p.netns.path()
 	if err := spec.SetNetworkNamespacePath(path); err != nil {
 		return fmt.Errorf("container %s: failed to name its network namespace in the spec: %w", a.ID, err)
 	}
@@ -154,41 +151,52 @@ func (s *Shim) preisolate(a Args, spec *Spec, p *plan) error {
 	if err := spec.Flush(); err != nil {
 		return fmt.Errorf("container %s: %w", a.ID, err)
 	}
-	r := <-done
-	if r.err != nil {
-		return &RefusedError{ID: a.ID, Cause: "failed to install the egress rules: " + r.err.Error(), Fix: "nothing was created; " + installFix(r.err)}
+	// The install's work that needs no namespace, done once (rendering
+	// and encoding the rules), also while the namespace is being made.
+	if _, ok := p.engine.(*nftables.Engine); ok {
+		_ = nftables.Warm(a.ID, p.allow)
+	}
+	if err := p.netns.wait(); err != nil {
+		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "nothing was created; check the host with `sforge doctor`"}
+	}
+	// From this goroutine, not from the thread that made the namespace:
+	// on a locked thread every netlink reply costs two thread hand-offs
+	// (the install took 3-5 ms instead of 1).
+	started := time.Now()
+	cpu0, sw0 := cpuTime(), switches()
+	rep, err := p.engine.Install(engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", p.netns.fd), ID: a.ID}, p.allow)
+	cpu, sw := cpuTime()-cpu0, switches().since(sw0)
+	if err != nil {
+		return &RefusedError{ID: a.ID, Cause: "failed to install the egress rules: " + err.Error(), Fix: "nothing was created; " + installFix(err)}
 	}
 	if s.Log != nil {
 		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s), %s dropped",
-			a.ID, r.rep.Engine, r.rep.Chain, r.rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), r.rep.IPv6,
-			r.rep.Duration.Round(time.Microsecond), r.cpu.Round(time.Microsecond), r.at.Sub(r.started).Round(time.Microsecond), r.switches,
+			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
+			rep.Duration.Round(time.Microsecond), cpu.Round(time.Microsecond), time.Since(started).Round(time.Microsecond), sw,
 			p.prepared.Round(time.Microsecond), dropCapability)
 	}
 	return nil
 }
 
 // newNetNS moves the calling thread, which must be locked to it and never
-// unlocked, into a new network namespace with its loopback up, and
-// returns that namespace open at a descriptor of at least minFD that stays
-// open across exec.
-func newNetNS(minFD int) (int, error) {
+// unlocked, into a new network namespace with its loopback up, and puts
+// that namespace at descriptor fd, open across exec (runc inherits it).
+func newNetNS(fd int) error {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return -1, fmt.Errorf("failed to create the container's network namespace: %w", err)
+		return fmt.Errorf("failed to create the container's network namespace: %w", err)
 	}
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("failed to open the new network namespace: %w", err)
+		return fmt.Errorf("failed to open the new network namespace: %w", err)
 	}
-	defer unix.Close(fd)
+	defer unix.Close(ns)
 	if err := loopbackUp(); err != nil {
-		return -1, err
+		return err
 	}
-	// F_DUPFD, not F_DUPFD_CLOEXEC: runc must inherit it.
-	kept, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD, minFD)
-	if err != nil {
-		return -1, fmt.Errorf("failed to keep the new network namespace open: %w", err)
+	if err := unix.Dup3(ns, fd, 0); err != nil {
+		return fmt.Errorf("failed to keep the new network namespace open: %w", err)
 	}
-	return kept, nil
+	return nil
 }
 
 // loopbackUp sets lo up in the calling thread's network namespace, as
