@@ -77,7 +77,13 @@ func seedInstall(n ns.NetNS, id string, a policy.Allowlist) (time.Duration, erro
 	return seedRun(n, id, a, false)
 }
 
-func seedRun(n ns.NetNS, id string, a policy.Allowlist, remove bool) (time.Duration, error) {
+// seedInstallSudo is seedInstall as the seed ran it: each `iptables` through
+// `sudo -n`.
+func seedInstallSudo(n ns.NetNS, id string, a policy.Allowlist) (time.Duration, error) {
+	return seedRun(n, id, a, false, "sudo", "-n")
+}
+
+func seedRun(n ns.NetNS, id string, a policy.Allowlist, remove bool, prefix ...string) (time.Duration, error) {
 	start := time.Now()
 	var installed time.Duration
 	rs, err := policy.Rules(a)
@@ -95,7 +101,8 @@ func seedRun(n ns.NetNS, id string, a policy.Allowlist, remove bool) (time.Durat
 			if f == policy.IPv6 {
 				bin = "ip6tables"
 			}
-			out, err := exec.Command(bin, append([]string{"-w"}, args...)...).CombinedOutput()
+			argv := append(append(append(slices.Clip(prefix), bin), "-w"), args...)
+			out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, out)
 			}

@@ -19,6 +19,8 @@ declare -A need=(
   [nginx]=nginx
   [squid]=squid
   [curl]=curl
+  # the benchmarks' seed baseline as the seed ran it (`sudo -n iptables` per rule)
+  [sudo]=sudo
   # the test node's static pause (internal/testcluster, hack/k8s/pause.c)
   [gcc]=gcc
   [/usr/include/stdlib.h]=libc6-dev
