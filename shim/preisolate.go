@@ -18,9 +18,9 @@ import (
 //
 // runc would create the container's network namespace itself. Instead the
 // shim creates it, brings its loopback up (what runc does for a new one),
-// installs and verifies the rules in it, and names it in config.json by a
-// path that only the shim's process holds open: /proc/<shim pid>/fd/<n>.
-// Then it execs runc with the command line unchanged, keeping its pid and
+// names it in config.json by a path that only the shim's process holds
+// open, /proc/<shim pid>/fd/<n>, and installs and verifies the rules in
+// it. Then it execs runc with the command line unchanged, keeping its pid and
 // that descriptor, and runc's init joins the namespace by that path. The
 // container's process is born into a namespace whose rules are already in
 // place, and no process of sforge's outlives the exec.
@@ -138,7 +138,8 @@ func (s *Shim) minNetNSFD(a Args) int {
 // spec and writes the spec back, then installs the rules in the namespace.
 // Its descriptor stays open (and open across exec) in the shim's process;
 // the caller execs runc next.
-func (s *Shim) preisolate(a Args, spec *Spec, p *plan) error {
+func (s *Shim) preisolate(a Args, p *plan) error {
+	spec := p.spec
 	// Written while the namespace is being made (its system calls leave
 	// the shim's one P free), so that the install runs alone after.
 	path := p.netns.path()

@@ -125,7 +125,7 @@ func (s *Shim) Run(args []string) error {
 	p.prepared = time.Since(begin)
 	switch p.mode {
 	case modeMadeNetNS:
-		if err := s.preisolate(a, p.spec, p); err != nil {
+		if err := s.preisolate(a, p); err != nil {
 			return err
 		}
 		return s.Runtime.Exec(args)
@@ -188,9 +188,11 @@ func (s *Shim) hostNetNS() []string {
 }
 
 // prepare reads the bundle of a create/run. Without an allowlist it
-// returns nil and changes nothing. With one, it refuses what cannot be
-// isolated, drops CAP_NET_RAW, adds the hooks the chosen path needs and
-// writes config.json back.
+// returns nil and changes nothing (but a namespace path left by an earlier
+// create of the bundle, see preisolate.go). With one, it refuses what
+// cannot be isolated, drops CAP_NET_RAW, chooses the mode, adds the hooks
+// that mode needs and writes config.json back; for modeMadeNetNS it starts
+// making the namespace and leaves the writing to preisolate.
 func (s *Shim) prepare(a Args) (*plan, error) {
 	bundle := a.Bundle
 	if bundle == "" {
