@@ -78,6 +78,29 @@ func TestRuntimeDocker(t *testing.T) {
 			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 		}
 	})
+	// A running isolated container: `docker exec` joins the namespace the
+	// shim made (through the container's process, not the spec's path,
+	// which named a descriptor of the shim's), with the same verdicts; and
+	// after `docker restart` (a new create) again.
+	t.Run("exec and restart", func(t *testing.T) {
+		name := "isolated-long"
+		d.MustDocker(t, "run", "-d", "--name", name, "--runtime", "sforge", "--network", "sfnet", "-e", "SFORGE_EGRESS="+regAllowlist, image, "/bin/sleep", "300")
+		t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", name) })
+		for _, when := range []string{"after run", "after restart"} {
+			if when == "after restart" {
+				d.MustDocker(t, "restart", "-t", "0", name)
+			}
+			ns := d.MustDocker(t, "exec", name, "/bin/sh", "-c", "readlink /proc/1/ns/net; readlink /proc/self/ns/net")
+			if f := strings.Fields(ns); len(f) != 2 || f[0] != f[1] || !strings.HasPrefix(f[0], "net:[") {
+				t.Fatalf("%s: docker exec is not in the container's network namespace: %q", when, ns)
+			}
+			// The probe exits 1 when a check is refused: its report decides.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, _ := d.Docker(ctx, append([]string{"exec", name, "/sforge-probe"}, regProbeArgs(checks)...)...)
+			cancel()
+			regExpect(t, out, checks)
+		}
+	})
 	t.Run("without allowlist", func(t *testing.T) {
 		out := run(t, "--runtime", "sforge")
 		regExpect(t, out, open)
