@@ -35,7 +35,8 @@ type NetConf struct {
 	// Engine forces a rule engine (engines.Names); empty means the
 	// SFORGE_ENGINE environment variable, else auto.
 	Engine string `json:"engine,omitempty"`
-	// LogFile receives one line per ADD/DEL; default /var/log/sforge/cni.log.
+	// LogFile receives one line per ADD/DEL; default $SFORGE_CNI_LOG, then
+	// /var/log/sforge/cni.log.
 	LogFile string `json:"logFile,omitempty"`
 
 	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty"`

@@ -54,8 +54,13 @@ type Plugin struct {
 	EventTimeout time.Duration
 }
 
-// DefaultLogFile is where ADD/DEL lines go unless the netconf says otherwise.
+// DefaultLogFile is where ADD/DEL lines go unless the netconf says
+// otherwise (logFile) or LogEnv is set in the plugin's environment.
 const DefaultLogFile = "/var/log/sforge/cni.log"
+
+// LogEnv overrides DefaultLogFile (the netconf's logFile overrides both).
+// libcni passes the caller's environment to its plugins.
+const LogEnv = "SFORGE_CNI_LOG"
 
 // Funcs returns the verbs for skel.PluginMainFuncs.
 func (p *Plugin) Funcs() skel.CNIFuncs {
@@ -246,6 +251,9 @@ func (p *Plugin) now() time.Time {
 // changes the outcome.
 func (p *Plugin) logf(conf *NetConf, format string, args ...any) {
 	path := conf.LogFile
+	if path == "" {
+		path = os.Getenv(LogEnv)
+	}
 	if path == "" {
 		path = DefaultLogFile
 	}

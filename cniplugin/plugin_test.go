@@ -295,3 +295,19 @@ func TestAddLogsOneLine(t *testing.T) {
 		t.Fatalf("log = %q", b)
 	}
 }
+
+// Without logFile in the netconf the log goes to $SFORGE_CNI_LOG, when set,
+// before the default path.
+func TestAddLogEnv(t *testing.T) {
+	p, _, _, _ := newTestPlugin()
+	extra := annotations("v1")
+	extra["logFile"] = nil
+	path := filepath.Join(t.TempDir(), "from-env.log")
+	t.Setenv(LogEnv, path)
+	if err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, extra))); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), "ADD container=sandbox1") {
+		t.Fatalf("log at $%s: %q, %v", LogEnv, b, err)
+	}
+}

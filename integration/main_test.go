@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sforge-dev/netiso/cniplugin"
+	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -22,16 +24,18 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (int, error) {
 	defer testbin.Cleanup()
-	// sforge-runtime started by the tests' dockerd and containerd (which
-	// inherit this environment) logs under a directory of the run's own,
-	// not the host's /var/log/sforge. Tests that need other settings set
-	// SFORGE_RUNTIME_CONFIG themselves.
+	// What sforge's binaries log when started by the tests' daemons and
+	// libcni (which pass this environment on: dockerd, containerd, the
+	// runtime shim to the hooks it adds, libcni to its plugins) goes under a
+	// directory of the run's own, not the host's /var/log/sforge. Tests
+	// that need other settings set them themselves. (podman gives hooks.d
+	// hooks no environment: their default log stays the host's.)
+	dir, err := os.MkdirTemp("", "sforge-integration-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
 	if os.Getenv(shim.ConfigEnv) == "" {
-		dir, err := os.MkdirTemp("", "sforge-integration-")
-		if err != nil {
-			return 0, err
-		}
-		defer os.RemoveAll(dir)
 		cfg, err := json.Marshal(shim.Config{Log: filepath.Join(dir, "runtime.log")})
 		if err != nil {
 			return 0, err
@@ -42,6 +46,13 @@ func run(m *testing.M) (int, error) {
 		}
 		if err := os.Setenv(shim.ConfigEnv, config); err != nil {
 			return 0, err
+		}
+	}
+	for env, file := range map[string]string{hook.LogEnv: "hook.log", cniplugin.LogEnv: "cni.log"} {
+		if os.Getenv(env) == "" {
+			if err := os.Setenv(env, filepath.Join(dir, file)); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return m.Run(), nil

@@ -25,6 +25,9 @@ const (
 	RuncEnv = "SFORGE_RUNC"
 	// HookName is the hook binary the shim looks for next to itself.
 	HookName = "sforge-hook"
+	// HookLogEnv is the hook's log path setting (hook.LogEnv); the shim
+	// passes it to the hooks it adds when it is set in its own environment.
+	HookLogEnv = "SFORGE_HOOK_LOG"
 	// DefaultLogPath is the shim's own log, beside the hook's
 	// (/var/log/sforge/hook.log).
 	DefaultLogPath = "/var/log/sforge/runtime.log"

@@ -353,6 +353,11 @@ func (s *Shim) Isolate(id string, spec *Spec, withHook bool) (string, error) {
 			args = append(args, "--engine", s.EngineName)
 		}
 		h := Hook{Path: s.Hook, Args: args, Timeout: &timeout}
+		// runc gives a hook only the environment its entry names: pass
+		// the hook's log setting on, when the shim has one.
+		if v := s.getenv(HookLogEnv); v != "" {
+			h.Env = []string{HookLogEnv + "=" + v}
+		}
 		if _, err := spec.AddHook(stage, h); err != nil {
 			return "", fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -783,5 +784,28 @@ func TestCreateForgetsMadeNetNSWithoutAllowlist(t *testing.T) {
 	}
 	if _, ok := s.Annotations()[preisolatedAnnotation]; ok {
 		t.Fatal("mark kept")
+	}
+}
+
+// The hooks the shim adds get its SFORGE_HOOK_LOG: runc gives a hook only
+// the environment its entry names.
+func TestAddedHooksGetHookLog(t *testing.T) {
+	if HookLogEnv != hook.LogEnv {
+		t.Fatalf("HookLogEnv %q, the hook reads %q", HookLogEnv, hook.LogEnv)
+	}
+	spec := `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{"bounding":["CAP_CHOWN"]}},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`
+	h := newHarness(t, spec)
+	h.env = append(h.env, HookLogEnv+"=/var/tmp/sforge-hook-test.log")
+	r := h.run(t, h.dir, "", "run", "-d", "-b", h.bundle, "ctr") // run: both hooks
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	s, err := LoadSpec(h.bundle)
+	must(t, err)
+	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
+		hs, _ := s.Hooks(stage)
+		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
+			t.Fatalf("%s hooks = %+v", stage, hs)
+		}
 	}
 }
