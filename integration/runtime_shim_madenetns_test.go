@@ -172,3 +172,27 @@ func TestShimMadeNetNSFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestShimRefusesHostNetNSUnderMadeNetNS: a spec joining the host's network
+// namespace by path is refused every time, although the shim starts making a
+// namespace on another thread before it checks the spec (that thread may be
+// the process's first one, whose namespace /proc/self/ns/net names: a check
+// against it raced and let such containers through). Repeated, because the
+// race was one of scheduling.
+func TestShimRefusesHostNetNSUnderMadeNetNS(t *testing.T) {
+	s := newShimRuntime(t, engines.NFTables)
+	host := fmt.Sprintf("/proc/%d/ns/net", os.Getpid())
+	b := testbundle.New(t, testbundle.Options{NetNS: host, Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
+	for i := range 40 {
+		id := fmt.Sprintf("hostns-%d", i)
+		if _, err := s.create(t, b, id); err == nil {
+			t.Fatalf("attempt %d: a container in the host's network namespace was created:\n%s", i, s.output(b, id))
+		}
+		if out := s.output(b, id); !strings.Contains(out, "host's network namespace") {
+			t.Fatalf("attempt %d: refused without naming the host namespace:\n%s", i, out)
+		}
+		if b.Ran() {
+			t.Fatalf("attempt %d: the process ran", i)
+		}
+	}
+}

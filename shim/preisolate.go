@@ -67,7 +67,9 @@ func forgetPreisolated(spec *Spec) error {
 }
 
 // madeNetNS is a network namespace being made for a container, on a
-// thread of its own, while the shim reads and writes the spec.
+// thread of its own, while the shim reads and writes the spec. (That thread
+// may be the process's first one, whose namespace /proc/self/ns/net shows:
+// the host check uses a descriptor pinned before, see pinOwnNetNS.)
 type madeNetNS struct {
 	// fd is the descriptor the namespace will have, known (reserved)
 	// before it is made, so that the spec can name it meanwhile.
@@ -77,8 +79,9 @@ type madeNetNS struct {
 }
 
 // makeNetNS reserves a descriptor of at least minFD and starts making a
-// network namespace there. The thread that makes it stays in it and ends
-// with its goroutine (it is never unlocked).
+// network namespace there, on a thread of its own that goes back to the
+// shim's namespace afterwards (or, should it fail to, stays locked and
+// ends with its goroutine, so that nothing else runs there).
 func makeNetNS(minFD int) *madeNetNS {
 	m := &madeNetNS{fd: -1, done: make(chan struct{})}
 	// A placeholder holds the number until the namespace replaces it; it
@@ -96,7 +99,16 @@ func makeNetNS(minFD int) *madeNetNS {
 	go func() {
 		defer close(m.done)
 		runtime.LockOSThread()
+		own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			m.err = fmt.Errorf("failed to open the shim's network namespace: %w", err)
+			return
+		}
+		defer unix.Close(own)
 		m.err = newNetNS(m.fd)
+		if unix.Setns(own, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 	}()
 	return m
 }
@@ -179,9 +191,10 @@ func (s *Shim) preisolate(a Args, p *plan) error {
 	return nil
 }
 
-// newNetNS moves the calling thread, which must be locked to it and never
-// unlocked, into a new network namespace with its loopback up, and puts
-// that namespace at descriptor fd, open across exec (runc inherits it).
+// newNetNS moves the calling thread, which must be locked to it, into a
+// new network namespace with its loopback up, and puts that namespace at
+// descriptor fd, open across exec (runc inherits it). The caller moves the
+// thread back.
 func newNetNS(fd int) error {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("failed to create the container's network namespace: %w", err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,10 @@ const (
 	fakeEngineEnv  = "SFORGE_SHIM_TEST_ENGINE"
 	fakeEngineFail = "SFORGE_SHIM_TEST_ENGINE_FAIL"
 	noMadeNetNSEnv = "SFORGE_SHIM_TEST_NO_MADE_NETNS"
+	// leaderAwayEnv runs the shim with the process's first thread in a
+	// network namespace of its own, as when it is the thread that made the
+	// container's namespace.
+	leaderAwayEnv = "SFORGE_SHIM_TEST_LEADER_AWAY"
 )
 
 func TestMain(m *testing.M) {
@@ -42,9 +47,28 @@ func TestMain(m *testing.M) {
 			o.hostNetNS = []string{}
 		}
 		o.noMadeNetNS = os.Getenv(noMadeNetNSEnv) == "1"
+		if os.Getenv(leaderAwayEnv) == "1" {
+			os.Exit(runWithLeaderAway(os.Args[1:], o))
+		}
 		os.Exit(run(os.Args[1:], o))
 	}
 	os.Exit(m.Run())
+}
+
+// runWithLeaderAway moves this, the main goroutine's thread (the
+// process's first, whose namespace /proc/self/ns/net names), into a new
+// network namespace and runs the shim on another goroutine. Threads the
+// runtime starts meanwhile come from its template thread, which locking
+// the main thread starts first, so they stay in the original namespace.
+func runWithLeaderAway(args []string, o mainOptions) int {
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		fmt.Fprintln(os.Stderr, "test setup: unshare:", err)
+		return 99
+	}
+	code := make(chan int)
+	go func() { code <- run(args, o) }()
+	return <-code
 }
 
 // fakeEngine records Install calls, after checking that the target is an
@@ -807,5 +831,21 @@ func TestAddedHooksGetHookLog(t *testing.T) {
 		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
 			t.Fatalf("%s hooks = %+v", stage, hs)
 		}
+	}
+}
+
+// The host check holds when the process's first thread is in another
+// network namespace (it may be the one making the container's, see
+// makeNetNS): a spec joining the test's own namespace, the host's here, is
+// refused.
+func TestCreateRefusesHostNetNSWithLeaderAway(t *testing.T) {
+	testenv.RequireRoot(t)
+	host := fmt.Sprintf("/proc/%d/ns/net", os.Getpid())
+	spec := `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{}},"linux":{"namespaces":[{"type":"network","path":"` + host + `"}]}}`
+	h := newHarness(t, spec)
+	h.env = []string{leaderAwayEnv + "=1"} // the real host checks
+	r := h.run(t, h.dir, "", "create", "--bundle", h.bundle, "ctr")
+	if r.code == 0 || r.argv != nil || !strings.Contains(r.stderr, "host's network namespace") {
+		t.Fatalf("exit %d, runtime argv %v, stderr %q: want the host's namespace refused", r.code, r.argv, r.stderr)
 	}
 }
