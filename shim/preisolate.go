@@ -69,7 +69,7 @@ func forgetPreisolated(spec *Spec) error {
 // madeNetNS is a network namespace being made for a container, on a
 // thread of its own, while the shim reads and writes the spec. (That thread
 // may be the process's first one, whose namespace /proc/self/ns/net shows:
-// the host check uses a descriptor pinned before, see pinOwnNetNS.)
+// the host check reads the calling thread's, see hostNetNS.)
 type madeNetNS struct {
 	// fd is the descriptor the namespace will have, known (reserved)
 	// before it is made, so that the spec can name it meanwhile.

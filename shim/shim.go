@@ -37,8 +37,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/policy"
@@ -103,9 +101,6 @@ type Shim struct {
 	// NoMadeNetNS turns off making private network namespaces (the tests
 	// of the create-then-install path use it).
 	NoMadeNetNS bool
-	// ownNetNS is the shim's own network namespace as pinned by
-	// pinOwnNetNS (a /proc/self/fd path).
-	ownNetNS string
 }
 
 // Run handles one invocation (args without argv[0]). It returns nil when
@@ -189,28 +184,12 @@ func (s *Shim) hostNetNS() []string {
 	if s.HostNetNS != nil {
 		return s.HostNetNS
 	}
-	own := s.ownNetNS
-	if own == "" {
-		own = "/proc/thread-self/ns/net"
-	}
-	return []string{"/proc/1/ns/net", own}
-}
-
-// pinOwnNetNS opens the shim's own network namespace before anything in
-// the process leaves it, so that the host check compares with it by a
-// descriptor. Not /proc/self/ns/net: that is the namespace of the
-// process's first thread, which may be the one making the container's
-// namespace (makeNetNS) at the moment the check runs.
-func (s *Shim) pinOwnNetNS() error {
-	if s.HostNetNS != nil || s.ownNetNS != "" {
-		return nil
-	}
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("failed to open the shim's own network namespace: %w", err)
-	}
-	s.ownNetNS = fmt.Sprintf("/proc/self/fd/%d", fd)
-	return nil
+	// The calling thread's, not /proc/self/ns/net: that names the
+	// namespace of the process's first thread, which may be the one making
+	// the container's namespace (makeNetNS) while the spec is checked. A
+	// thread in that namespace is locked to the goroutine making it, so
+	// every other goroutine runs on a thread in the shim's own.
+	return []string{"/proc/1/ns/net", "/proc/thread-self/ns/net"}
 }
 
 // prepare reads the bundle of a create/run. Without an allowlist it
@@ -246,9 +225,6 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 	// made by the shim; 1.39 against 1.56 ms after runc create). System
 	// calls, the namespace's included, still run beside it.
 	runtime.GOMAXPROCS(1)
-	if err := s.pinOwnNetNS(); err != nil {
-		return nil, err
-	}
 	var netns *madeNetNS
 	if !s.NoMadeNetNS {
 		// Most containers that mention sforge get a namespace made by the
