@@ -39,8 +39,13 @@ type Args struct {
 }
 
 // Modifies reports whether the subcommand creates a container from a
-// bundle, the only case where the shim reads config.json.
+// bundle, where the shim reads config.json to isolate it.
 func (a Args) Modifies() bool { return a.Command == "create" || a.Command == "run" }
+
+// Restores reports whether the subcommand is restore, which also starts a
+// container from a bundle (and a checkpoint): the shim reads config.json to
+// refuse an isolated one.
+func (a Args) Restores() bool { return a.Command == "restore" }
 
 // runc's global flags that take a value (runc 1.1 main.go). urfave/cli, like
 // Go's flag package, accepts one or two leading dashes and "--flag=value".
@@ -79,6 +84,17 @@ var createValueFlags = map[string]bool{
 	"console-socket": true,
 	"pid-file":       true,
 	"preserve-fds":   true,
+}
+
+// Flags of restore that take a value (runc 1.1 and 1.2), besides those it
+// shares with create.
+var restoreValueFlags = map[string]bool{
+	"image-path":          true,
+	"work-path":           true,
+	"manage-cgroups-mode": true,
+	"empty-ns":            true,
+	"lsm-profile":         true,
+	"lsm-mount-context":   true,
 }
 
 // flagName splits "-x", "--x" and "--x=v" into the name and, when present,
@@ -144,7 +160,7 @@ func ParseArgs(args []string) (Args, error) {
 		return a, nil
 	}
 	a.Command, a.CommandIndex = args[i], i
-	if !a.Modifies() {
+	if !a.Modifies() && !a.Restores() {
 		return a, nil
 	}
 	for j := i + 1; j < len(args); j++ {
@@ -162,7 +178,7 @@ func ParseArgs(args []string) (Args, error) {
 			}
 			continue
 		}
-		if !createValueFlags[name] {
+		if !createValueFlags[name] && !(a.Restores() && restoreValueFlags[name]) {
 			continue
 		}
 		if !inline {

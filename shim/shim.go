@@ -111,6 +111,12 @@ func (s *Shim) Run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("failed to parse the runc command line: %w", err)
 	}
+	if a.Restores() {
+		if err := s.refuseIsolatedRestore(a); err != nil {
+			return err
+		}
+		return s.Runtime.Exec(args)
+	}
 	if !a.Modifies() {
 		return s.Runtime.Exec(args)
 	}
@@ -192,6 +198,45 @@ func (s *Shim) hostNetNS() []string {
 	return []string{"/proc/1/ns/net", "/proc/thread-self/ns/net"}
 }
 
+// refuseIsolatedRestore refuses `runc restore` of a bundle that asks for
+// isolation: a checkpoint holds the container's processes, not rules the
+// shim can vouch for, and the namespace the spec names may be gone (or, for
+// a namespace the shim made, a path that now means another process's
+// descriptor). The container would start without verified rules.
+func (s *Shim) refuseIsolatedRestore(a Args) error {
+	bundle, err := s.bundleDir(a)
+	if err != nil {
+		return err
+	}
+	raw, err := ReadRawSpec(bundle)
+	if err != nil {
+		return err
+	}
+	if !raw.MentionsSforge() {
+		return nil
+	}
+	return &RefusedError{ID: a.ID,
+		Cause: "restoring a checkpoint of a container with a network allowlist is not supported (the checkpoint carries no rules the shim can verify)",
+		Fix:   "create the container afresh instead of restoring it (docker start without --checkpoint)"}
+}
+
+// bundleDir is the bundle of a create, run or restore: --bundle, else the
+// working directory.
+func (s *Shim) bundleDir(a Args) (string, error) {
+	if a.Bundle != "" {
+		return a.Bundle, nil
+	}
+	getwd := s.Getwd
+	if getwd == nil {
+		getwd = os.Getwd
+	}
+	wd, err := getwd()
+	if err != nil {
+		return "", fmt.Errorf("failed to find the bundle (the working directory): %w", err)
+	}
+	return wd, nil
+}
+
 // prepare reads the bundle of a create/run. Without an allowlist it
 // returns nil and changes nothing (but a namespace path left by an earlier
 // create of the bundle, see preisolate.go). With one, it refuses what
@@ -199,17 +244,9 @@ func (s *Shim) hostNetNS() []string {
 // that mode needs and writes config.json back; for modeMadeNetNS it starts
 // making the namespace and leaves the writing to preisolate.
 func (s *Shim) prepare(a Args) (*plan, error) {
-	bundle := a.Bundle
-	if bundle == "" {
-		getwd := s.Getwd
-		if getwd == nil {
-			getwd = os.Getwd
-		}
-		wd, err := getwd()
-		if err != nil {
-			return nil, fmt.Errorf("failed to find the bundle (the working directory): %w", err)
-		}
-		bundle = wd
+	bundle, err := s.bundleDir(a)
+	if err != nil {
+		return nil, err
 	}
 	raw, err := ReadRawSpec(bundle)
 	if err != nil {

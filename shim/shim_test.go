@@ -849,3 +849,33 @@ func TestCreateRefusesHostNetNSWithLeaderAway(t *testing.T) {
 		t.Fatalf("exit %d, runtime argv %v, stderr %q: want the host's namespace refused", r.code, r.argv, r.stderr)
 	}
 }
+
+// runc restore starts a container from a bundle and a checkpoint: refused
+// for an isolated bundle (one line, the runtime never runs, whatever form
+// the bundle flag takes), passed through for any other.
+func TestRestore(t *testing.T) {
+	h := newHarness(t, isolatedSpec)
+	for _, argv := range [][]string{
+		{"restore", "--image-path", "/ckpt", "--bundle", h.bundle, "ctr"},
+		{"--root", "/r", "restore", "-d", "--work-path", "/w", "-b=" + h.bundle, "ctr"},
+		{"restore", "ctr", "--image-path=/ckpt"}, // the working directory's bundle
+	} {
+		r := h.run(t, h.bundle, "", argv...)
+		if r.code == 0 || r.argv != nil || r.stdout != "" {
+			t.Fatalf("%q: exit %d, runtime ran: %v, stdout %q", argv, r.code, r.argv != nil, r.stdout)
+		}
+		if !strings.Contains(r.stderr, "container ctr refused: restoring a checkpoint") || strings.Count(r.stderr, "\n") != 1 {
+			t.Fatalf("%q: stderr %q", argv, r.stderr)
+		}
+	}
+	plain := newHarness(t, plainSpec)
+	argv := []string{"restore", "--image-path", "/ckpt", "-b", plain.bundle, "ctr"}
+	if r := plain.run(t, plain.dir, "", argv...); r.code != 0 || !slices.Equal(r.argv, argv) {
+		t.Fatalf("plain restore: exit %d, argv %q, stderr %q", r.code, r.argv, r.stderr)
+	}
+	// An image path that looks like a bundle flag's value is not one.
+	argv = []string{"restore", "--image-path", h.bundle, "-b", plain.bundle, "ctr"}
+	if r := plain.run(t, plain.dir, "", argv...); r.code != 0 || !slices.Equal(r.argv, argv) {
+		t.Fatalf("restore with another bundle: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -57,9 +58,16 @@ type RawSpec struct {
 	Mode os.FileMode
 }
 
-// ReadRawSpec reads <bundle>/config.json.
+// ReadRawSpec reads <bundle>/config.json. The path is not cleaned: runc
+// changes into the bundle directory and reads config.json there, so a
+// ".." after a symbolic link must mean what it means to the kernel, not
+// what filepath.Join would make of it (the shim must read the spec runc
+// reads).
 func ReadRawSpec(bundle string) (RawSpec, error) {
-	path := filepath.Join(bundle, SpecFile)
+	path := SpecFile
+	if bundle != "" {
+		path = strings.TrimSuffix(bundle, "/") + "/" + SpecFile
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return RawSpec{}, fmt.Errorf("failed to open the container spec: %w", err)
