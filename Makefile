@@ -9,8 +9,14 @@ TEST_TIMEOUT ?= 80m
 CMDS      := $(notdir $(wildcard cmd/*))
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /integration)
 # Static, stripped binaries: the hook and the shim sit on every container
-# start, and bundles built from scratch need static probes.
+# start, and bundles built from scratch need static probes. sforge-runtime
+# also links its C pass-through front (shim/front), statically against musl
+# (musl-tools): glibc's static start-up costs its Go path ~1.5 ms per process
+# here, musl's nothing measurable (BENCHMARKS.md); netgo and osusergo keep
+# the resolver and user lookups pure Go. internal/testbin uses the same
+# settings (its test checks).
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
+GOBUILD_RUNTIME := CGO_ENABLED=1 CC=musl-gcc $(GO) build -trimpath -tags netgo,osusergo -ldflags '-s -w -linkmode external -extldflags -static'
 
 .PHONY: all build test test-unit test-integration vet bench fuzz fuzz-ci deps install uninstall clean k8s-bins
 
@@ -18,7 +24,8 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GOBUILD) -o $(BIN)/ ./cmd/...
+	$(GOBUILD) -o $(BIN)/ $(addprefix ./cmd/,$(filter-out sforge-runtime,$(CMDS)))
+	$(GOBUILD_RUNTIME) -o $(BIN)/sforge-runtime ./cmd/sforge-runtime
 
 vet:
 	$(GO) vet ./...

@@ -102,6 +102,10 @@ func BenchmarkLifecycle(b *testing.B) {
 	dir := b.TempDir()
 	shimBin, hookBin := filepath.Join(dir, "sforge-runtime"), filepath.Join(dir, "sforge-hook")
 	build(b, shimBin, "../cmd/sforge-runtime", "")
+	// The shim as it was before its C front (shim/front): pure Go, every
+	// subcommand a Go process start.
+	pureGoShimBin := filepath.Join(dir, "sforge-runtime-pure-go")
+	buildPureGo(b, pureGoShimBin, "../cmd/sforge-runtime")
 	build(b, hookBin, "../cmd/sforge-hook", "")
 	wrapperBin := filepath.Join(dir, "exec-wrapper")
 	build(b, wrapperBin, "./cmd/exec-wrapper", "")
@@ -124,7 +128,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		return bd
 	}
 	plainRT := &lifecycle.Runtime{Binary: runc, Root: root, Env: env}
-	shimRT := func(engineName string) (*lifecycle.Runtime, string) {
+	shimRTBin := func(bin, engineName string) (*lifecycle.Runtime, string) {
 		n++
 		cfg := filepath.Join(dir, fmt.Sprintf("runtime-%d.json", n))
 		log := filepath.Join(dir, fmt.Sprintf("runtime-%d.log", n))
@@ -132,8 +136,9 @@ func BenchmarkLifecycle(b *testing.B) {
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		return &lifecycle.Runtime{Binary: shimBin, Root: root, Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg)}, log
+		return &lifecycle.Runtime{Binary: bin, Root: root, Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg)}, log
 	}
+	shimRT := func(engineName string) (*lifecycle.Runtime, string) { return shimRTBin(shimBin, engineName) }
 	hooks := func(engineName, log string) map[string][]lifecycle.Hook {
 		timeout := 10
 		h := map[string][]lifecycle.Hook{}
@@ -199,6 +204,15 @@ func BenchmarkLifecycle(b *testing.B) {
 		for _, size := range []int{4, 256} {
 			shim(g, docker, "", base, e, size)
 		}
+	}
+	{
+		rt, _ := shimRTBin(pureGoShimBin, engines.Auto)
+		add(&lcContender{group: g, name: "pure-Go sforge-runtime, no allowlist", base: base, rt: rt,
+			bundle: newBundle(lifecycle.Options{Template: docker})})
+		rt, log := shimRTBin(pureGoShimBin, engines.NFTables)
+		add(&lcContender{group: g, name: "pure-Go sforge-runtime, nftables, 4", base: base, rt: rt,
+			bundle: newBundle(lifecycle.Options{Template: docker, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, 4)}}),
+			isoLog: log, isoKind: "shim", isolated: true})
 	}
 	for _, size := range []int{4, 256} {
 		seed(g, docker, base, size, false)

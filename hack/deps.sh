@@ -24,6 +24,8 @@ declare -A need=(
   # the test node's static pause (internal/testcluster, hack/k8s/pause.c)
   [gcc]=gcc
   [/usr/include/stdlib.h]=libc6-dev
+  # sforge-runtime's C front (shim/front), linked static against musl
+  [musl-gcc]=musl-tools
 )
 
 missing=()

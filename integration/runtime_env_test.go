@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"net"
 	"os"
@@ -68,12 +69,13 @@ func regBinaries(t *testing.T) string {
 			regBuildErr = fmt.Errorf("cmd/sforge-probe is missing (it comes with the hook issue): %w", err)
 			return
 		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(root, "bin")+"/",
-			"./cmd/sforge", "./cmd/sforge-runtime", "./cmd/sforge-hook", "./cmd/sforge-probe")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			regBuildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		for _, pkg := range []string{"./cmd/sforge", "./cmd/sforge-runtime", "./cmd/sforge-hook", "./cmd/sforge-probe"} {
+			cmd := testbin.Command("go", filepath.Join(root, "bin", filepath.Base(pkg)), pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				regBuildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
 		}
 	})
 	if regBuildErr != nil {

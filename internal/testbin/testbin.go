@@ -45,15 +45,38 @@ func Build(t testing.TB, pkg string) string {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, pkg)
+	cmd := Command(goBin, out, pkg)
 	cmd.Dir = moduleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		errors[pkg] = "failed to build " + pkg + ": " + err.Error() + "\n" + string(b)
 		t.Fatal(errors[pkg])
 	}
 	built[pkg] = out
 	return out
+}
+
+// Static build settings, as in the Makefile (testbin_test.go checks that
+// they match): every command is pure Go and static, except sforge-runtime,
+// which links its C pass-through front (shim/front) statically against musl;
+// netgo and osusergo keep the net and os/user packages pure Go there too.
+const (
+	LDFlags        = "-s -w"
+	RuntimeLDFlags = "-s -w -linkmode external -extldflags -static"
+	RuntimeTags    = "netgo,osusergo"
+	RuntimeCC      = "musl-gcc"
+)
+
+// Command returns the `go build` of the main package pkg into out with the
+// Makefile's settings for it (run it from the module root, or set Dir).
+func Command(goBin, out, pkg string) *exec.Cmd {
+	if strings.HasSuffix(pkg, "cmd/sforge-runtime") {
+		cmd := exec.Command(goBin, "build", "-trimpath", "-tags", RuntimeTags, "-ldflags", RuntimeLDFlags, "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CC="+RuntimeCC)
+		return cmd
+	}
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", LDFlags, "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd
 }
 
 // Dir returns the directory the binaries are built into, building nothing.

@@ -1,0 +1,87 @@
+//go:build cgo
+
+package front
+
+// #include <stdlib.h>
+// #include "front.h"
+import "C"
+
+import "unsafe"
+
+// The C readers, callable from front_test.go (test files cannot use cgo).
+// Unused in sforge-runtime: the linker drops them.
+
+// command returns the index of the subcommand the front would exec for,
+// -1 when it leaves the command line to the Go shim.
+func command(args []string) int {
+	cargs := make([]*C.char, len(args)+1)
+	for i, a := range args {
+		cargs[i] = C.CString(a)
+	}
+	defer func() {
+		for _, p := range cargs[:len(args)] {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	// The array is Go memory holding C pointers only: allowed by the cgo rules.
+	return int(C.sforge_front_command(C.int(len(args)), &cargs[0]))
+}
+
+// bundle runs the C reader of create/run's arguments (after the
+// subcommand); ok false means "not sure".
+func bundle(args []string) (dir string, ok bool) {
+	cargs := make([]*C.char, len(args)+1)
+	for i, a := range args {
+		cargs[i] = C.CString(a)
+	}
+	defer func() {
+		for _, p := range cargs[:len(args)] {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	var out *C.char
+	if C.sforge_front_bundle(C.int(len(args)), &cargs[0], &out) == 0 {
+		return "", false
+	}
+	return C.GoString(out), true
+}
+
+// mentions runs the C check of a config.json for sforge's markers.
+func mentions(b []byte) bool {
+	buf := C.CBytes(b)
+	defer C.free(buf)
+	return C.sforge_front_mentions((*C.char)(buf), C.size_t(len(b))) != 0
+}
+
+// config runs the C settings reader; ok false means "not sure".
+func config(b []byte) (runtime, engine string, ok bool) {
+	var c C.struct_sforge_front_cfg
+	buf := C.CBytes(b)
+	defer C.free(buf)
+	if C.sforge_front_config((*C.char)(buf), C.size_t(len(b)), &c) == 0 {
+		return "", "", false
+	}
+	return C.GoString(&c.runtime[0]), C.GoString(&c.engine[0]), true
+}
+
+// resolve runs the front's whole settings decision (file, environment,
+// self check) in this process; ok false means the Go shim decides.
+func resolve() (runtime string, ok bool) {
+	var c C.struct_sforge_front_cfg
+	if C.sforge_front_runtime(&c) == 0 {
+		return "", false
+	}
+	return C.GoString(&c.runtime[0]), true
+}
+
+// engineNames lists the engines the front accepts.
+func engineNames() []string {
+	var names []string
+	for i := 0; ; i++ {
+		p := C.sforge_front_engine(C.int(i))
+		if p == nil {
+			return names
+		}
+		names = append(names, C.GoString(p))
+	}
+}
