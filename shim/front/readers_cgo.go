@@ -14,31 +14,30 @@ import "unsafe"
 // command returns the index of the subcommand the front would exec for,
 // -1 when it leaves the command line to the Go shim.
 func command(args []string) int {
+	cargs, free := cStrings(args)
+	defer free()
+	return int(C.sforge_front_command(C.int(len(args)), &cargs[0]))
+}
+
+// cStrings copies args into C strings, in a NULL-terminated array (Go
+// memory holding C pointers only, which the cgo rules allow passing).
+func cStrings(args []string) ([]*C.char, func()) {
 	cargs := make([]*C.char, len(args)+1)
 	for i, a := range args {
 		cargs[i] = C.CString(a)
 	}
-	defer func() {
+	return cargs, func() {
 		for _, p := range cargs[:len(args)] {
 			C.free(unsafe.Pointer(p))
 		}
-	}()
-	// The array is Go memory holding C pointers only: allowed by the cgo rules.
-	return int(C.sforge_front_command(C.int(len(args)), &cargs[0]))
+	}
 }
 
 // bundle runs the C reader of create/run's arguments (after the
 // subcommand); ok false means "not sure".
 func bundle(args []string) (dir string, ok bool) {
-	cargs := make([]*C.char, len(args)+1)
-	for i, a := range args {
-		cargs[i] = C.CString(a)
-	}
-	defer func() {
-		for _, p := range cargs[:len(args)] {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
+	cargs, free := cStrings(args)
+	defer free()
 	var out *C.char
 	if C.sforge_front_bundle(C.int(len(args)), &cargs[0], &out) == 0 {
 		return "", false
