@@ -26,6 +26,7 @@ type registerOptions struct {
 	dockerConfig                     string
 	containerdConfig                 string
 	hooksDirs                        []string
+	hookLog                          string
 
 	// Kubernetes: the CNI chain of a node, the admission policy of a
 	// cluster.
@@ -60,6 +61,7 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.dockerConfig, "docker-config", docker.DefaultConfigPath, "Docker's daemon.json")
 	f.StringVar(&o.containerdConfig, "containerd-config", containerd.DefaultConfigPath, "containerd's config.toml")
 	f.StringSliceVar(&o.hooksDirs, "hooks-dir", hooksd.DefaultDirs, "OCI hooks directory for podman and CRI-O (repeatable)")
+	f.StringVar(&o.hookLog, "hook-log", "", "podman and CRI-O: the log file sforge-hook writes, an absolute path (default /var/log/sforge/hook.log)")
 	f.BoolVar(&o.cni, "cni", false, "Kubernetes node: copy sforge-cni to --cni-bin-dir and chain it into the node's CNI conflist")
 	f.StringVar(&o.cniBinDir, "cni-bin-dir", cni.DefaultBinDir, "CNI plugin directory")
 	f.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "CNI network config directory (the first config by name is the one the runtime loads)")
@@ -97,6 +99,9 @@ func (o *registerOptions) complete() error {
 func (o *registerOptions) validate() error {
 	if len(o.hooksDirs) == 0 {
 		return errors.New("--hooks-dir needs at least one directory")
+	}
+	if o.hookLog != "" && !filepath.IsAbs(o.hookLog) {
+		return fmt.Errorf("--hook-log %q must be an absolute path (the hook runs in the runtime's working directory)", o.hookLog)
 	}
 	if err := o.validateEventKubeconfig(); err != nil {
 		return err
@@ -153,7 +158,7 @@ func (o *registerOptions) engines() []installer.Engine {
 	if o.newEngines != nil {
 		return o.newEngines(o)
 	}
-	opts := installer.Options{Prefix: o.prefix}
+	opts := installer.Options{Prefix: o.prefix, HookLog: o.hookLog}
 	all := []installer.Engine{
 		&docker.Engine{Options: opts, ConfigPath: o.dockerConfig},
 		&containerd.Engine{Options: opts, ConfigPath: o.containerdConfig},

@@ -151,6 +151,14 @@ func TestInstallValidate(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
+	o.hookLog = "hook.log"
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--hook-log") {
+		t.Fatalf("relative --hook-log: %v", err)
+	}
+	o.hookLog = "/var/log/x/hook.log"
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
 	o.hooksDirs = nil
 	if err := o.validate(); err == nil {
 		t.Fatal("empty --hooks-dir accepted")

@@ -45,6 +45,10 @@ const (
 type Options struct {
 	// Prefix holds the binaries in Prefix/bin.
 	Prefix string
+	// HookLog is sforge-hook's log file in the hooks.d entries (its --log
+	// argument); empty leaves the hook's default. podman and CRI-O give
+	// hooks no environment, so this is the only way to move it.
+	HookLog string
 }
 
 // RuntimePath is the shim's installed path.

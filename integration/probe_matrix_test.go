@@ -213,7 +213,8 @@ func TestProbeMatrixPodman(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
 	hooks := t.TempDir() + "/hooks.d"
-	if out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix); err != nil {
+	hookLog := t.TempDir() + "/hook.log" // not the host's /var/log
+	if out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog); err != nil {
 		t.Fatalf("sforge install --podman: %v\n%s", err, out)
 	}
 	p := testpodman.New(t, testpodman.Options{HooksDir: hooks})

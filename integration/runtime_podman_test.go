@@ -23,7 +23,10 @@ func TestRuntimePodman(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
 	hooks := filepath.Join(t.TempDir(), "hooks.d")
-	out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix)
+	// The hook's log in the test's directory, not the host's /var/log
+	// (podman gives hooks no environment: the hooks.d files carry --log).
+	hookLog := filepath.Join(t.TempDir(), "hook.log")
+	out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog)
 	if err != nil {
 		t.Fatalf("sforge install --podman: %v\n%s", err, out)
 	}
@@ -51,6 +54,9 @@ func TestRuntimePodman(t *testing.T) {
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("NET_RAW held:\n%s", out)
+		}
+		if b, err := os.ReadFile(hookLog); err != nil || !strings.Contains(string(b), "install container=") {
+			t.Errorf("no install line in the --hook-log file %s (%v):\n%s", hookLog, err, b)
 		}
 	})
 	t.Run("without annotation", func(t *testing.T) {

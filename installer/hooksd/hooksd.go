@@ -110,6 +110,9 @@ func (e *Engine) Content(stage string) []byte {
 	f.Version = "1.0.0"
 	f.Hook.Path = e.Options.HookPath()
 	f.Hook.Args = []string{installer.HookBinary, stage}
+	if e.Options.HookLog != "" {
+		f.Hook.Args = append(f.Hook.Args, "--log", e.Options.HookLog)
+	}
 	t := HookTimeout
 	f.Hook.Timeout = &t
 	f.When.Annotations = map[string]string{KeyPattern: ValuePattern}

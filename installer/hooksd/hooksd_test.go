@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,5 +149,26 @@ func TestCheck(t *testing.T) {
 	_ = os.Remove(filepath.Join(hd, "sforge-poststop.json"))
 	if s := sev(); s[len(s)-1] != installer.Error {
 		t.Fatalf("one file missing: %v", s)
+	}
+}
+
+// --hook-log moves the hook's log (podman and CRI-O give hooks no
+// environment): it becomes the hook's --log argument at both stages.
+func TestHookLog(t *testing.T) {
+	e := &Engine{Options: installer.Options{Prefix: "/p", HookLog: "/run/test/hook.log"}, Runtimes: []string{"podman"}}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		var f File
+		if err := json.Unmarshal(e.Content(stage), &f); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"sforge-hook", stage, "--log", "/run/test/hook.log"}; !slices.Equal(f.Hook.Args, want) {
+			t.Errorf("%s args %q, want %q", stage, f.Hook.Args, want)
+		}
+	}
+	e.Options.HookLog = ""
+	var f File
+	_ = json.Unmarshal(e.Content("poststop"), &f)
+	if len(f.Hook.Args) != 2 {
+		t.Errorf("default args %q", f.Hook.Args)
 	}
 }
