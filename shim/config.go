@@ -118,11 +118,14 @@ func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// RuncLocations are where the shim looks for runc when PATH has none.
+var RuncLocations = []string{"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc", "/sbin/runc", "/bin/runc"}
+
 func findRunc() string {
 	if p, err := exec.LookPath("runc"); err == nil {
 		return p
 	}
-	for _, p := range []string{"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc", "/sbin/runc", "/bin/runc"} {
+	for _, p := range RuncLocations {
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
 			return p
 		}

@@ -260,32 +260,46 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 	return r.p == r.end;
 }
 
+// read_small reads the whole file at path into buf. It returns the length,
+// or -1 with errno set (EFBIG: it does not fit in cap bytes).
+static ssize_t read_small(const char *path, char *buf, size_t cap) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = read(fd, buf + n, cap - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			close(fd);
+			return -1;
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+		if (n == cap) {
+			close(fd);
+			errno = EFBIG;
+			return -1;
+		}
+	}
+	close(fd);
+	return (ssize_t)n;
+}
+
 // read_config reads the settings file into c; 1 when there is none.
 static int read_config(struct sforge_front_cfg *c) {
 	char buf[4096];
 	const char *path = getenv("SFORGE_RUNTIME_CONFIG");
 	if (!path || !*path)
 		path = "/etc/sforge/runtime.json";
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
+	ssize_t n = read_small(path, buf, sizeof buf);
+	if (n < 0) {
 		memset(c, 0, sizeof *c);
 		return errno == ENOENT;
 	}
-	size_t n = 0;
-	for (;;) {
-		ssize_t k = read(fd, buf + n, sizeof buf - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		n += (size_t)k;
-		if (n == sizeof buf) { // too large for this reader
-			close(fd);
-			return 0;
-		}
-	}
-	close(fd);
-	return sforge_front_config(buf, n, c);
+	return sforge_front_config(buf, (size_t)n, c);
 }
 
 // clean_abs reports whether the n bytes at d are an absolute path that
@@ -309,12 +323,15 @@ static int clean_abs(const char *d, size_t n) {
 	return 1;
 }
 
+// Where the shim looks for runc when PATH has none (shim.RuncLocations;
+// front_test.go checks).
+static const char *const usual[] = {"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc",
+	"/usr/local/bin/runc", "/sbin/runc", "/bin/runc", NULL};
+
 // find_runc mirrors shim.findRunc: exec.LookPath("runc") (the first
 // executable PATH entry), then the usual locations. 0 means the Go shim
 // must look (a relative or unclean PATH entry, no eaccess, nothing found).
 static int find_runc(char *out, size_t cap) {
-	static const char *const usual[] = {"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc",
-		"/usr/local/bin/runc", "/sbin/runc", "/bin/runc", NULL};
 	struct stat st;
 	const char *path = getenv("PATH");
 	// An empty element (leading, trailing or doubled ':') is "." for Go.
@@ -372,24 +389,11 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 // read_cmdline splits /proc/self/cmdline into argv (constructors get no
 // arguments from musl, the libc sforge-runtime links). 0 when it cannot.
 static int read_cmdline(char *buf, size_t cap, char **argv, int max) {
-	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	ssize_t len = read_small("/proc/self/cmdline", buf, cap);
+	if (len <= 0)
 		return 0;
-	size_t n = 0;
-	for (;;) {
-		ssize_t k = read(fd, buf + n, cap - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		n += (size_t)k;
-		if (n == cap) { // too long for the front
-			close(fd);
-			return 0;
-		}
-	}
-	close(fd);
-	if (n == 0 || buf[n - 1] != '\0')
+	size_t n = (size_t)len;
+	if (buf[n - 1] != '\0')
 		return 0;
 	int argc = 0;
 	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
@@ -425,7 +429,11 @@ __attribute__((constructor)) static void sforge_front(void) {
 	// The Go shim tries again and reports the error.
 }
 
-// For front_test.go: the engine names compiled in.
-const char *sforge_front_engine(int i) {
-	return i >= 0 && (size_t)i < sizeof engines / sizeof engines[0] ? engines[i] : NULL;
+// For front_test.go: the lists compiled in (0 engines, 1 runc locations).
+const char *sforge_front_list(int list, int i) {
+	const char *const *l = list == 0 ? engines : usual;
+	for (int k = 0; l[k]; k++)
+		if (k == i)
+			return l[k];
+	return NULL;
 }

@@ -22,7 +22,7 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 // sforge_front_runtime fills c from the settings and the environment; 0
 // means the Go shim must decide.
 int sforge_front_runtime(struct sforge_front_cfg *c);
-// sforge_front_engine returns the i-th engine name the front accepts (NULL
-// past the end).
-const char *sforge_front_engine(int i);
+// sforge_front_list returns the i-th entry of a list the front holds (0:
+// engine names, 1: the usual runc locations), NULL past its end.
+const char *sforge_front_list(int list, int i);
 #endif

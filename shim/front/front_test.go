@@ -15,9 +15,12 @@ import (
 	"github.com/sforge-dev/netiso/shim"
 )
 
-func TestEngineNamesMatchGo(t *testing.T) {
+func TestListsMatchGo(t *testing.T) {
 	if got := engineNames(); !slices.Equal(got, engines.Names) {
-		t.Fatalf("front.c accepts engines %q, the shim %q: update front.c", got, engines.Names)
+		t.Errorf("front.c accepts engines %q, the shim %q: update front.c", got, engines.Names)
+	}
+	if got := runcLocations(); !slices.Equal(got, shim.RuncLocations) {
+		t.Errorf("front.c looks for runc in %q, the shim in %q: update front.c", got, shim.RuncLocations)
 	}
 }
 
@@ -341,7 +344,7 @@ func TestResolveMatchesLoadConfig(t *testing.T) {
 // usualRunc is the first of the shim's usual runc locations present here
 // ("" when none: the front then leaves it to the shim).
 func usualRunc() string {
-	for _, p := range []string{"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc", "/sbin/runc", "/bin/runc"} {
+	for _, p := range shim.RuncLocations {
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
 			return p
 		}

@@ -74,13 +74,18 @@ func resolve() (runtime string, ok bool) {
 }
 
 // engineNames lists the engines the front accepts.
-func engineNames() []string {
-	var names []string
+func engineNames() []string { return list(0) }
+
+// runcLocations lists where the front looks for runc when PATH has none.
+func runcLocations() []string { return list(1) }
+
+func list(which int) []string {
+	var l []string
 	for i := 0; ; i++ {
-		p := C.sforge_front_engine(C.int(i))
+		p := C.sforge_front_list(C.int(which), C.int(i))
 		if p == nil {
-			return names
+			return l
 		}
-		names = append(names, C.GoString(p))
+		l = append(l, C.GoString(p))
 	}
 }
