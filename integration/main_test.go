@@ -29,7 +29,7 @@ func run(m *testing.M) (int, error) {
 	// runtime shim to the hooks it adds, libcni to its plugins) goes under a
 	// directory of the run's own, not the host's /var/log/sforge. Tests
 	// that need other settings set them themselves. (podman gives hooks.d
-	// hooks no environment: their default log stays the host's.)
+	// hooks no environment: the podman tests install with --hook-log.)
 	dir, err := os.MkdirTemp("", "sforge-integration-")
 	if err != nil {
 		return 0, err
