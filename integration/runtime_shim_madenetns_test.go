@@ -70,6 +70,14 @@ func TestShimMadeNetNS(t *testing.T) {
 			t.Fatalf("the container is in the host's network namespace %s", ns)
 		}
 		namespaces = append(namespaces, ns)
+		// Held open to the end, so that the namespace outlives its
+		// container: the kernel reuses a dead namespace's inode number,
+		// and the next one made would show the same net:[N].
+		held, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
 		if err := eng.Check(engine.Target{NetNS: fmt.Sprintf("/proc/%d/ns/net", pid), ID: id}, mustDecode(t, allow)); err != nil {
 			t.Fatalf("rules in the container's namespace after create, before start: %v", err)
 		}
