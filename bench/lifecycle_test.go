@@ -20,6 +20,7 @@ import (
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
+	sforgeshim "github.com/sforge-dev/netiso/shim"
 )
 
 // Lifecycle benchmark (issue 9): what isolation costs a container's whole
@@ -143,7 +144,8 @@ func BenchmarkLifecycle(b *testing.B) {
 		timeout := 10
 		h := map[string][]lifecycle.Hook{}
 		for _, stage := range []string{"createRuntime", "poststop"} {
-			h[stage] = []lifecycle.Hook{{Path: hookBin, Args: []string{"sforge-hook", stage, "--log", log, "--engine", engineName}, Timeout: &timeout}}
+			h[stage] = []lifecycle.Hook{{Path: hookBin, Args: []string{"sforge-hook", stage, "--log", log, "--engine", engineName},
+				Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}} // as the hooks.d files give it
 		}
 		return h
 	}
@@ -234,7 +236,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		timeout := 10
 		empty := map[string][]lifecycle.Hook{}
 		for _, stage := range []string{"createRuntime", "poststop"} {
-			empty[stage] = []lifecycle.Hook{{Path: emptyHookBin, Args: []string{"empty-hook", stage}, Timeout: &timeout}}
+			empty[stage] = []lifecycle.Hook{{Path: emptyHookBin, Args: []string{"empty-hook", stage}, Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}}
 		}
 		add(&lcContender{group: g, name: "runc + empty Go hooks (floor), 2 stages", base: base, rt: plainRT,
 			bundle: newBundle(lifecycle.Options{Template: podman, DropCaps: []string{"CAP_NET_RAW"}, Hooks: empty})})

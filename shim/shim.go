@@ -394,11 +394,11 @@ func (s *Shim) Isolate(id string, spec *Spec, withHook bool) (string, error) {
 		if s.EngineName != "" && s.EngineName != engines.Auto {
 			args = append(args, "--engine", s.EngineName)
 		}
-		h := Hook{Path: s.Hook, Args: args, Timeout: &timeout}
+		h := Hook{Path: s.Hook, Args: args, Timeout: &timeout, Env: []string{HookProcsEnv}}
 		// runc gives a hook only the environment its entry names: pass
 		// the hook's log setting on, when the shim has one.
 		if v := s.getenv(HookLogEnv); v != "" {
-			h.Env = []string{HookLogEnv + "=" + v}
+			h.Env = append(h.Env, HookLogEnv+"="+v)
 		}
 		if _, err := spec.AddHook(stage, h); err != nil {
 			return "", fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)

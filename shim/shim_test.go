@@ -811,8 +811,8 @@ func TestCreateForgetsMadeNetNSWithoutAllowlist(t *testing.T) {
 	}
 }
 
-// The hooks the shim adds get its SFORGE_HOOK_LOG: runc gives a hook only
-// the environment its entry names.
+// The hooks the shim adds get one P (HookProcsEnv) and its SFORGE_HOOK_LOG:
+// runc gives a hook only the environment its entry names.
 func TestAddedHooksGetHookLog(t *testing.T) {
 	if HookLogEnv != hook.LogEnv {
 		t.Fatalf("HookLogEnv %q, the hook reads %q", HookLogEnv, hook.LogEnv)
@@ -828,7 +828,7 @@ func TestAddedHooksGetHookLog(t *testing.T) {
 	must(t, err)
 	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
 		hs, _ := s.Hooks(stage)
-		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
+		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"GOMAXPROCS=1", "SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
 			t.Fatalf("%s hooks = %+v", stage, hs)
 		}
 	}

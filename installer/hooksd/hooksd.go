@@ -17,6 +17,7 @@ import (
 
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // Default hook directories: podman's and CRI-O's default, and the
@@ -96,6 +97,7 @@ type File struct {
 	Hook    struct {
 		Path    string   `json:"path"`
 		Args    []string `json:"args"`
+		Env     []string `json:"env,omitempty"`
 		Timeout *int     `json:"timeout,omitempty"`
 	} `json:"hook"`
 	When struct {
@@ -113,6 +115,8 @@ func (e *Engine) Content(stage string) []byte {
 	if e.Options.HookLog != "" {
 		f.Hook.Args = append(f.Hook.Args, "--log", e.Options.HookLog)
 	}
+	// podman and CRI-O give a hook only the environment its entry names.
+	f.Hook.Env = []string{shim.HookProcsEnv}
 	t := HookTimeout
 	f.Hook.Timeout = &t
 	f.When.Annotations = map[string]string{KeyPattern: ValuePattern}

@@ -172,3 +172,18 @@ func TestHookLog(t *testing.T) {
 		t.Errorf("default args %q", f.Hook.Args)
 	}
 }
+
+// Every entry gives the hook one P from its start (shim.HookProcsEnv):
+// podman and CRI-O give a hook only the environment its entry names.
+func TestHookEnv(t *testing.T) {
+	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		var f File
+		if err := json.Unmarshal(e.Content(stage), &f); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"GOMAXPROCS=1"}; !slices.Equal(f.Hook.Env, want) {
+			t.Errorf("%s env %q, want %q", stage, f.Hook.Env, want)
+		}
+	}
+}
