@@ -21,6 +21,7 @@ import (
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
+	sforgeshim "github.com/sforge-dev/netiso/shim"
 )
 
 // Concurrency benchmark (issue 9): 32 isolated containers started at once
@@ -194,7 +195,11 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%v", shared)), Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg)}
+		// SFORGE_HOOK_LOG: the poststop hook the shim adds for the shared
+		// namespace logs there, not to the host's /var/log/sforge.
+		hookLog := filepath.Join(dir, fmt.Sprintf("hook-%v.log", shared))
+		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%v", shared)),
+			Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog)}
 		bundles := make([]*lifecycle.Bundle, concurrentContainers)
 		for i := range bundles {
 			bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("c-%v-%d", shared, i)), lifecycle.Options{
@@ -293,8 +298,9 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 	if err := os.WriteFile(cfg, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	// dockerd, containerd and the runc shims inherit it.
+	// dockerd, containerd and the runc shims inherit them.
 	b.Setenv("SFORGE_RUNTIME_CONFIG", cfg)
+	b.Setenv(sforgeshim.HookLogEnv, filepath.Join(dir, "hook-docker.log"))
 	d := testdocker.Start(b, testdocker.Options{DaemonConfig: map[string]any{
 		"runtimes": map[string]any{"sforge": map[string]any{"path": shimBin}},
 	}})

@@ -138,7 +138,12 @@ func BenchmarkLifecycle(b *testing.B) {
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		return &lifecycle.Runtime{Binary: bin, Root: root, Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg)}, log
+		// The shim passes its SFORGE_HOOK_LOG to the poststop hook it adds
+		// for a namespace given by path; without it that hook would log
+		// to the host's /var/log/sforge/hook.log.
+		hookLog := filepath.Join(dir, fmt.Sprintf("runtime-%d-hook.log", n))
+		return &lifecycle.Runtime{Binary: bin, Root: root,
+			Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog)}, log
 	}
 	shimRT := func(engineName string) (*lifecycle.Runtime, string) { return shimRTBin(shimBin, engineName) }
 	hooks := func(engineName, log string) map[string][]lifecycle.Hook {
