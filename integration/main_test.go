@@ -10,13 +10,23 @@ import (
 	"github.com/sforge-dev/netiso/cniplugin"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testbin"
+	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/shim"
 )
 
 func TestMain(m *testing.M) {
+	logs := testenv.SnapshotLogs(testenv.HostLogDir)
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
+		os.Exit(1)
+	}
+	// The tests give every sforge binary a log of the run's own (run): one
+	// that wrote to the host's logs anyway is a leak to fix.
+	if grown := logs.Grown(); len(grown) > 0 {
+		for _, g := range grown {
+			fmt.Fprintln(os.Stderr, "integration: FAIL: the run wrote to the host's logs:", g)
+		}
 		os.Exit(1)
 	}
 	os.Exit(code)
