@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -14,10 +13,7 @@ import (
 func TestMain(m *testing.M) {
 	logs := testenv.SnapshotLogs(testenv.HostLogDir)
 	code := m.Run()
-	if grown := logs.Grown(); len(grown) > 0 {
-		for _, g := range grown {
-			fmt.Fprintln(os.Stderr, "bench: FAIL: the run wrote to the host's logs:", g)
-		}
+	if !logs.Clean(os.Stderr, "bench") {
 		code = 1
 	}
 	os.Exit(code)

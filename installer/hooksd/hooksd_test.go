@@ -34,10 +34,7 @@ func podmanMatch(f File, annotations map[string]string) bool {
 
 func TestWhenAnnotations(t *testing.T) {
 	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}}
-	var f File
-	if err := json.Unmarshal(e.Content("createRuntime"), &f); err != nil {
-		t.Fatal(err)
-	}
+	f := entry(t, e, "createRuntime")
 	for _, tt := range []struct {
 		ann  map[string]string
 		want bool
@@ -152,24 +149,28 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// entry decodes the hooks.d file e writes for stage.
+func entry(t *testing.T, e *Engine, stage string) File {
+	t.Helper()
+	var f File
+	if err := json.Unmarshal(e.Content(stage), &f); err != nil {
+		t.Fatalf("%s: %v", stage, err)
+	}
+	return f
+}
+
 // --hook-log moves the hook's log (podman and CRI-O give hooks no
 // environment): it becomes the hook's --log argument at both stages.
 func TestHookLog(t *testing.T) {
 	e := &Engine{Options: installer.Options{Prefix: "/p", HookLog: "/run/test/hook.log"}, Runtimes: []string{"podman"}}
 	for _, stage := range []string{"createRuntime", "poststop"} {
-		var f File
-		if err := json.Unmarshal(e.Content(stage), &f); err != nil {
-			t.Fatal(err)
-		}
-		if want := []string{"sforge-hook", stage, "--log", "/run/test/hook.log"}; !slices.Equal(f.Hook.Args, want) {
-			t.Errorf("%s args %q, want %q", stage, f.Hook.Args, want)
+		if want, got := []string{"sforge-hook", stage, "--log", "/run/test/hook.log"}, entry(t, e, stage).Hook.Args; !slices.Equal(got, want) {
+			t.Errorf("%s args %q, want %q", stage, got, want)
 		}
 	}
 	e.Options.HookLog = ""
-	var f File
-	_ = json.Unmarshal(e.Content("poststop"), &f)
-	if len(f.Hook.Args) != 2 {
-		t.Errorf("default args %q", f.Hook.Args)
+	if got := entry(t, e, "poststop").Hook.Args; len(got) != 2 {
+		t.Errorf("default args %q", got)
 	}
 }
 
@@ -178,12 +179,8 @@ func TestHookLog(t *testing.T) {
 func TestHookEnv(t *testing.T) {
 	e := &Engine{Options: installer.Options{Prefix: "/p"}, Runtimes: []string{"podman"}}
 	for _, stage := range []string{"createRuntime", "poststop"} {
-		var f File
-		if err := json.Unmarshal(e.Content(stage), &f); err != nil {
-			t.Fatal(err)
-		}
-		if want := []string{"GOMAXPROCS=1"}; !slices.Equal(f.Hook.Env, want) {
-			t.Errorf("%s env %q, want %q", stage, f.Hook.Env, want)
+		if want, got := []string{"GOMAXPROCS=1"}, entry(t, e, stage).Hook.Env; !slices.Equal(got, want) {
+			t.Errorf("%s env %q, want %q", stage, got, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,4 +48,14 @@ func (s LogSizes) Grown() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Clean reports whether no file appeared or grew since s, and otherwise
+// writes one line per file to w, each starting with who.
+func (s LogSizes) Clean(w io.Writer, who string) bool {
+	grown := s.Grown()
+	for _, g := range grown {
+		fmt.Fprintf(w, "%s: FAIL: the run wrote to the host's logs: %s\n", who, g)
+	}
+	return len(grown) == 0
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +35,14 @@ func TestLogSizesGrown(t *testing.T) {
 	}
 	if g := s.Grown(); !slices.Equal(g, want) {
 		t.Fatalf("Grown() = %q, want %q", g, want)
+	}
+	var report strings.Builder
+	if s.Clean(&report, "test") || report.String() != "test: FAIL: the run wrote to the host's logs: "+want[0]+"\n"+
+		"test: FAIL: the run wrote to the host's logs: "+want[1]+"\n" {
+		t.Fatalf("Clean reported %q", report.String())
+	}
+	if !SnapshotLogs(dir).Clean(&report, "test") {
+		t.Fatal("a fresh snapshot is not clean")
 	}
 	if g := SnapshotLogs(filepath.Join(dir, "absent")).Grown(); len(g) != 0 {
 		t.Fatalf("absent directory: %q", g)
