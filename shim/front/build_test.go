@@ -1,8 +1,6 @@
 package front
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -10,26 +8,7 @@ import (
 
 // The front runs in every binary that links it: only sforge-runtime may.
 func TestOnlySforgeRuntimeLinksTheFront(t *testing.T) {
-	goBin := testenv.RequireBinary(t, "go")
-	const front = "github.com/sforge-dev/netiso/shim/front"
-	out, err := exec.Command(goBin, "list", "-deps", "-test=false", "-f", `{{if eq .Name "main"}}{{.ImportPath}} {{join .Deps " "}}{{end}}`, "github.com/sforge-dev/netiso/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	linked := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, deps, _ := strings.Cut(line, " ")
-		if !strings.Contains(" "+deps+" ", " "+front+" ") {
-			continue
-		}
-		if pkg != "github.com/sforge-dev/netiso/cmd/sforge-runtime" {
-			t.Errorf("%s links %s: its constructor would exec runc there", pkg, front)
-		}
-		linked++
-	}
-	if linked != 1 {
-		t.Errorf("%d commands link the front, want sforge-runtime alone", linked)
-	}
+	testenv.RequireLinkedOnlyBy(t, "github.com/sforge-dev/netiso/shim/front", "github.com/sforge-dev/netiso/cmd/sforge-runtime")
 }
 
 // Without cgo the package is empty: the shim works, without its fast path,

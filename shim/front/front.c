@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cfront.h"
 #include "front.h"
 
 // Subcommands that never read a bundle: Args.Modifies() is false for them
@@ -31,23 +32,13 @@ static const char *const passthrough[] = {
 static const char *const global_value[] = {"log", "log-format", "root", "criu", "rootless", NULL};
 static const char *const global_bool[] = {"debug", "systemd-cgroup", NULL};
 
-// The engines the shim accepts (engines.Names; front_test.go checks).
-static const char *const engines[] = {"auto", "nftables", "iptables", "iptables-nft", "iptables-legacy", NULL};
-
-static int in(const char *const *set, const char *s, size_t n) {
-	for (; *set; set++)
-		if (strlen(*set) == n && memcmp(*set, s, n) == 0)
-			return 1;
-	return 0;
-}
-
 static const char *const creating[] = {"create", "run", NULL};
 
 int sforge_front_command(int argc, char **argv) {
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i];
 		if (a[0] != '-')
-			return in(passthrough, a, strlen(a)) || in(creating, a, strlen(a)) ? i : -1;
+			return cfront_in(passthrough, a, strlen(a)) || cfront_in(creating, a, strlen(a)) ? i : -1;
 		const char *name = a + 1;
 		if (*name == '-')
 			name++;
@@ -55,10 +46,10 @@ int sforge_front_command(int argc, char **argv) {
 			return -1; // "-", "--", "---x": the Go shim decides
 		const char *eq = strchr(name, '=');
 		size_t n = eq ? (size_t)(eq - name) : strlen(name);
-		if (in(global_value, name, n)) {
+		if (cfront_in(global_value, name, n)) {
 			if (!eq && ++i >= argc)
 				return -1; // no value: the Go shim reports it
-		} else if (!in(global_bool, name, n) || eq) {
+		} else if (!cfront_in(global_bool, name, n) || eq) {
 			return -1;
 		}
 	}
@@ -83,9 +74,9 @@ int sforge_front_bundle(int argc, char **args, const char **bundle) {
 			return 0; // "-", "--", "---x"
 		const char *eq = strchr(name, '=');
 		size_t n = eq ? (size_t)(eq - name) : strlen(name);
-		if (in(create_bool, name, n) && !eq)
+		if (cfront_in(create_bool, name, n) && !eq)
 			continue;
-		if (!in(create_value, name, n))
+		if (!cfront_in(create_value, name, n))
 			return 0;
 		const char *v = eq ? eq + 1 : (++i < argc ? args[i] : NULL);
 		if (!v)
@@ -119,125 +110,46 @@ int sforge_front_mentions(const char *buf, size_t len) {
 // bundle directory, as does the shim) reads and mentions nothing of
 // sforge's: the shim would exec runc without parsing it.
 static int spec_is_plain(const char *bundle) {
-	char path[4096];
-	size_t n = strlen(bundle);
-	if (n + sizeof "/config.json" > sizeof path)
-		return 0;
-	if (n) {
-		memcpy(path, bundle, n);
-		path[n++] = '/';
-	}
-	strcpy(path + n, "config.json");
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	struct stat st;
-	char *buf = NULL;
-	size_t len = 0;
-	int plain = 0;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (64 << 20)) {
-		size_t cap = (size_t)st.st_size + 1; // one more: a file that grew is read to its end
-		buf = malloc(cap);
-		while (buf) {
-			ssize_t k = read(fd, buf + len, cap - len);
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0) {
-				len = 0;
-				break;
-			}
-			if (k == 0) {
-				plain = len > 0 && !sforge_front_mentions(buf, len);
-				break;
-			}
-			len += (size_t)k;
-			if (len == cap) {
-				char *more = realloc(buf, cap *= 2);
-				if (!more)
-					break;
-				buf = more;
-			}
-		}
-	}
+	size_t len;
+	char *buf = cfront_spec(bundle, 64 << 20, &len);
+	int plain = buf && len > 0 && !sforge_front_mentions(buf, len);
 	free(buf);
-	close(fd);
 	return plain;
 }
 
-// A strict reader for the flat object `sforge install` writes. It accepts
-// printable ASCII strings without escapes and small integers, each known
-// member with its type, and nothing else; what it accepts, encoding/json
-// (with DisallowUnknownFields) reads to the same values.
-struct reader {
-	const char *p, *end;
-};
-
-static void skip_ws(struct reader *r) {
-	while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
-		r->p++;
-}
-
-static int take(struct reader *r, char c) {
-	skip_ws(r);
-	if (r->p < r->end && *r->p == c) {
-		r->p++;
-		return 1;
-	}
-	return 0;
-}
-
-// read_string reads "..." into out (size cap, NUL-terminated).
-static int read_string(struct reader *r, char *out, size_t cap) {
-	if (!take(r, '"'))
+// read_string reads "..." into out (size cap, NUL-terminated): printable
+// ASCII only.
+static int read_string(struct cfront_reader *r, char *out, size_t cap) {
+	const char *s;
+	size_t n;
+	if (!cfront_span(r, &s, &n) || n >= cap)
 		return 0;
-	size_t n = 0;
-	for (; r->p < r->end && *r->p != '"'; r->p++) {
-		unsigned char c = (unsigned char)*r->p;
-		if (c < 0x20 || c > 0x7e || c == '\\' || n + 1 >= cap)
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] > 0x7e)
 			return 0;
-		out[n++] = (char)c;
-	}
-	if (r->p >= r->end)
-		return 0;
-	r->p++;
+	memcpy(out, s, n);
 	out[n] = '\0';
 	return 1;
 }
 
-// read_int reads -?(0|[1-9][0-9]{0,8}): within int on every platform.
-static int read_int(struct reader *r) {
-	skip_ws(r);
-	if (r->p < r->end && *r->p == '-')
-		r->p++;
-	if (r->p >= r->end || *r->p < '0' || *r->p > '9')
-		return 0;
-	if (*r->p == '0') {
-		r->p++;
-	} else {
-		int digits = 0;
-		while (r->p < r->end && *r->p >= '0' && *r->p <= '9' && digits < 10) {
-			r->p++;
-			digits++;
-		}
-		if (digits > 9)
-			return 0;
-	}
-	// A number must end here: "1.5", "1e3", "01" are not ours.
-	return !(r->p < r->end && (*r->p == '.' || *r->p == 'e' || *r->p == 'E' || (*r->p >= '0' && *r->p <= '9')));
-}
-
+// sforge_front_config is a strict reader of the flat object `sforge
+// install` writes. It accepts printable ASCII strings without escapes and
+// small integers, each known member with its type, and nothing else; what
+// it accepts, encoding/json (with DisallowUnknownFields) reads to the same
+// values.
 int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c) {
-	struct reader r = {buf, buf + len};
+	struct cfront_reader r = {buf, buf + len};
 	char key[16], value[sizeof c->runtime];
 	memset(c, 0, sizeof *c);
-	if (!take(&r, '{'))
+	if (!cfront_take(&r, '{'))
 		return 0;
-	if (!take(&r, '}')) {
+	if (!cfront_take(&r, '}')) {
 		do {
-			if (!read_string(&r, key, sizeof key) || !take(&r, ':'))
+			if (!read_string(&r, key, sizeof key) || !cfront_take(&r, ':'))
 				return 0;
 			if (strcmp(key, "hookTimeout") == 0) {
-				if (!read_int(&r))
+				long timeout;
+				if (!cfront_int(&r, &timeout))
 					return 0;
 				continue;
 			}
@@ -252,40 +164,12 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 			} else if (strcmp(key, "hook") != 0 && strcmp(key, "log") != 0) {
 				return 0;
 			}
-		} while (take(&r, ','));
-		if (!take(&r, '}'))
+		} while (cfront_take(&r, ','));
+		if (!cfront_take(&r, '}'))
 			return 0;
 	}
-	skip_ws(&r);
+	cfront_ws(&r);
 	return r.p == r.end;
-}
-
-// read_small reads the whole file at path into buf. It returns the length,
-// or -1 with errno set (EFBIG: it does not fit in cap bytes).
-static ssize_t read_small(const char *path, char *buf, size_t cap) {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t n = 0;
-	for (;;) {
-		ssize_t k = read(fd, buf + n, cap - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			close(fd);
-			return -1;
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-		if (n == cap) {
-			close(fd);
-			errno = EFBIG;
-			return -1;
-		}
-	}
-	close(fd);
-	return (ssize_t)n;
 }
 
 // read_config reads the settings file into c; 1 when there is none.
@@ -294,33 +178,12 @@ static int read_config(struct sforge_front_cfg *c) {
 	const char *path = getenv("SFORGE_RUNTIME_CONFIG");
 	if (!path || !*path)
 		path = "/etc/sforge/runtime.json";
-	ssize_t n = read_small(path, buf, sizeof buf);
+	ssize_t n = cfront_read_small(path, buf, sizeof buf);
 	if (n < 0) {
 		memset(c, 0, sizeof *c);
 		return errno == ENOENT;
 	}
 	return sforge_front_config(buf, (size_t)n, c);
-}
-
-// clean_abs reports whether the n bytes at d are an absolute path that
-// filepath.Join leaves as it is (no empty, "." or ".." element, no trailing
-// slash but for "/"): the runtime path, which is also argv[0], must be the
-// string the Go shim would build.
-static int clean_abs(const char *d, size_t n) {
-	if (n == 0 || d[0] != '/')
-		return 0;
-	if (n == 1)
-		return 1;
-	for (size_t i = 0; i < n;) {
-		size_t j = i + 1; // d[i] is '/'
-		while (j < n && d[j] != '/')
-			j++;
-		size_t len = j - i - 1;
-		if (len == 0 || (len == 1 && d[i + 1] == '.') || (len == 2 && d[i + 1] == '.' && d[i + 2] == '.'))
-			return 0;
-		i = j;
-	}
-	return 1;
 }
 
 // Where the shim looks for runc when PATH has none (shim.RuncLocations;
@@ -338,7 +201,7 @@ static int find_runc(char *out, size_t cap) {
 	for (; path && *path;) {
 		const char *end = strchrnul(path, ':');
 		size_t n = (size_t)(end - path);
-		if (!clean_abs(path, n) || n + sizeof "/runc" > cap)
+		if (!cfront_clean_abs(path, n) || n + sizeof "/runc" > cap)
 			return 0;
 		memcpy(out, path, n);
 		strcpy(out + (n == 1 ? 0 : n), "/runc");
@@ -375,7 +238,7 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 	const char *engine = getenv("SFORGE_ENGINE");
 	if (!engine || !*engine)
 		engine = c->engine;
-	if (*engine && !in(engines, engine, strlen(engine)))
+	if (*engine && !cfront_in(cfront_engines, engine, strlen(engine)))
 		return 0;
 	if (!*c->runtime && !find_runc(c->runtime, sizeof c->runtime))
 		return 0;
@@ -386,25 +249,6 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 	return !(rt.st_dev == self.st_dev && rt.st_ino == self.st_ino);
 }
 
-// read_cmdline splits /proc/self/cmdline into argv (constructors get no
-// arguments from musl, the libc sforge-runtime links). 0 when it cannot.
-static int read_cmdline(char *buf, size_t cap, char **argv, int max) {
-	ssize_t len = read_small("/proc/self/cmdline", buf, cap);
-	if (len <= 0)
-		return 0;
-	size_t n = (size_t)len;
-	if (buf[n - 1] != '\0')
-		return 0;
-	int argc = 0;
-	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-		if (argc + 1 >= max)
-			return 0;
-		argv[argc++] = buf + i;
-	}
-	argv[argc] = NULL;
-	return argc;
-}
-
 extern char **environ;
 
 __attribute__((constructor)) static void sforge_front(void) {
@@ -412,11 +256,11 @@ __attribute__((constructor)) static void sforge_front(void) {
 	static char *argv[256];
 	if (getenv("SFORGE_RUNTIME_NO_FRONT"))
 		return;
-	int argc = read_cmdline(buf, sizeof buf, argv, sizeof argv / sizeof argv[0]);
+	int argc = cfront_cmdline(buf, sizeof buf, argv, sizeof argv / sizeof argv[0]);
 	int i = argc < 2 ? -1 : 1 + sforge_front_command(argc - 1, argv + 1);
 	if (i <= 0)
 		return;
-	if (in(creating, argv[i], strlen(argv[i]))) {
+	if (cfront_in(creating, argv[i], strlen(argv[i]))) {
 		const char *bundle;
 		if (!sforge_front_bundle(argc - i - 1, argv + i + 1, &bundle) || !spec_is_plain(bundle))
 			return;
@@ -431,7 +275,7 @@ __attribute__((constructor)) static void sforge_front(void) {
 
 // For front_test.go: the lists compiled in (0 engines, 1 runc locations).
 const char *sforge_front_list(int list, int i) {
-	const char *const *l = list == 0 ? engines : usual;
+	const char *const *l = list == 0 ? cfront_engines : usual;
 	for (int k = 0; l[k]; k++)
 		if (k == i)
 			return l[k];

@@ -1,0 +1,210 @@
+// C shared by sforge's pre-runtime fronts (see doc.go). Everything here is
+// static: each front compiles its own copy into its own binary.
+#ifndef SFORGE_CFRONT_H
+#define SFORGE_CFRONT_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+// The engines sforge accepts by name (engines.Names; the fronts' tests
+// check).
+static const char *const cfront_engines[] = {"auto", "nftables", "iptables", "iptables-nft", "iptables-legacy", NULL};
+
+// cfront_in reports whether the n bytes at s are one of the strings of set.
+static inline int cfront_in(const char *const *set, const char *s, size_t n) {
+	for (; *set; set++)
+		if (strlen(*set) == n && memcmp(*set, s, n) == 0)
+			return 1;
+	return 0;
+}
+
+// cfront_read_fd reads fd to its end into buf. It returns the length, or
+// -1 with errno set (EFBIG: it does not fit in cap bytes).
+static inline ssize_t cfront_read_fd(int fd, char *buf, size_t cap) {
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = read(fd, buf + n, cap - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			return (ssize_t)n;
+		n += (size_t)k;
+		if (n == cap) {
+			errno = EFBIG;
+			return -1;
+		}
+	}
+}
+
+// cfront_read_small reads the whole file at path into buf, as
+// cfront_read_fd does.
+static inline ssize_t cfront_read_small(const char *path, char *buf, size_t cap) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = cfront_read_fd(fd, buf, cap);
+	int err = errno;
+	close(fd);
+	errno = err;
+	return n;
+}
+
+// cfront_clean_abs reports whether the n bytes at d are an absolute path
+// that filepath.Clean leaves as it is (no empty, "." or ".." element, no
+// trailing slash but for "/"): a path the Go code would build or use as it
+// stands.
+static inline int cfront_clean_abs(const char *d, size_t n) {
+	if (n == 0 || d[0] != '/')
+		return 0;
+	if (n == 1)
+		return 1;
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1; // d[i] is '/'
+		while (j < n && d[j] != '/')
+			j++;
+		size_t len = j - i - 1;
+		if (len == 0 || (len == 1 && d[i + 1] == '.') || (len == 2 && d[i + 1] == '.' && d[i + 2] == '.'))
+			return 0;
+		i = j;
+	}
+	return 1;
+}
+
+// cfront_cmdline splits /proc/self/cmdline into argv (constructors get no
+// arguments from musl, the libc the fronts link). 0 when it cannot.
+static inline int cfront_cmdline(char *buf, size_t cap, char **argv, int max) {
+	ssize_t len = cfront_read_small("/proc/self/cmdline", buf, cap);
+	if (len <= 0)
+		return 0;
+	size_t n = (size_t)len;
+	if (buf[n - 1] != '\0')
+		return 0;
+	int argc = 0;
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+		if (argc + 1 >= max)
+			return 0;
+		argv[argc++] = buf + i;
+	}
+	argv[argc] = NULL;
+	return argc;
+}
+// A reader of the JSON the fronts read, for the strict subset they decide
+// on: the JSON grammar (RFC 8259), with strings read as they stand. A
+// string holding an escape is one they leave to the Go code, which decodes
+// it: cfront_span fails on a backslash.
+struct cfront_reader {
+	const char *p, *end;
+};
+
+static inline void cfront_ws(struct cfront_reader *r) {
+	while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+		r->p++;
+}
+
+// cfront_take skips white space and takes the byte c if it comes next.
+static inline int cfront_take(struct cfront_reader *r, char c) {
+	cfront_ws(r);
+	if (r->p < r->end && *r->p == c) {
+		r->p++;
+		return 1;
+	}
+	return 0;
+}
+
+// cfront_span reads a string: its bytes start at *s, *n of them. It fails
+// on invalid JSON (a control character, no closing quote) and on an escape.
+static inline int cfront_span(struct cfront_reader *r, const char **s, size_t *n) {
+	if (!cfront_take(r, '"'))
+		return 0;
+	const char *b = r->p;
+	for (; r->p < r->end; r->p++) {
+		unsigned char c = (unsigned char)*r->p;
+		if (c == '"') {
+			*s = b;
+			*n = (size_t)(r->p++ - b);
+			return 1;
+		}
+		if (c < 0x20 || c == '\\')
+			return 0;
+	}
+	return 0;
+}
+
+// cfront_int reads -?(0|[1-9][0-9]{0,8}), within int on every platform,
+// into *v.
+static inline int cfront_int(struct cfront_reader *r, long *v) {
+	cfront_ws(r);
+	int neg = r->p < r->end && *r->p == '-';
+	r->p += neg;
+	if (r->p >= r->end || *r->p < '0' || *r->p > '9')
+		return 0;
+	long x = 0;
+	if (*r->p == '0') {
+		r->p++;
+	} else {
+		int digits = 0;
+		while (r->p < r->end && *r->p >= '0' && *r->p <= '9' && digits < 10) {
+			x = x * 10 + (*r->p++ - '0');
+			digits++;
+		}
+		if (digits > 9)
+			return 0;
+	}
+	*v = neg ? -x : x;
+	// A number must end here: "1.5", "1e3", "01" are not ours.
+	return !(r->p < r->end && (*r->p == '.' || *r->p == 'e' || *r->p == 'E' || (*r->p >= '0' && *r->p <= '9')));
+}
+// cfront_spec reads <bundle>/config.json ("config.json" for "", where runc
+// and the Go code read it too) whole into a buffer the caller frees: NULL
+// when it cannot, when it is not a regular file, or when it holds more than
+// max bytes. *len is its length.
+static inline char *cfront_spec(const char *bundle, size_t max, size_t *len) {
+	char path[4096];
+	size_t n = strlen(bundle);
+	if (n + sizeof "/config.json" > sizeof path)
+		return NULL;
+	memcpy(path, bundle, n);
+	if (n && bundle[n - 1] != '/')
+		path[n++] = '/';
+	strcpy(path + n, "config.json");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	char *buf = NULL;
+	*len = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= max) {
+		size_t cap = (size_t)st.st_size + 1; // one more: a file that grew is read to its end
+		buf = malloc(cap);
+		while (buf) {
+			ssize_t k = read(fd, buf + *len, cap - *len);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k == 0)
+				break;
+			char *more = NULL;
+			if (k > 0 && (*len += (size_t)k) < cap)
+				continue;
+			if (k > 0 && cap <= max)
+				more = realloc(buf, cap = cap * 2 > max + 1 ? max + 1 : cap * 2);
+			if (!more) { // a read error, more than max, or no memory
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = more;
+		}
+	}
+	close(fd);
+	return buf;
+}
+#endif
