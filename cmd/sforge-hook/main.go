@@ -1,6 +1,7 @@
 // Command sforge-hook is the OCI hook that confines a container's egress to
 // its allowlist: `sforge-hook createRuntime|prestart|poststop`, the OCI
-// state on stdin. See package hook.
+// state on stdin. See package hook; a poststop with nothing to do ends in a
+// C front before the Go runtime starts (package hook/front).
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"runtime"
 
 	"github.com/sforge-dev/netiso/hook"
+	_ "github.com/sforge-dev/netiso/hook/front"
 )
 
 func main() {

@@ -16,8 +16,9 @@ func TestSettingsMatchMakefile(t *testing.T) {
 	mk := string(b)
 	for _, want := range []string{
 		"GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '" + LDFlags + "'",
-		"GOBUILD_RUNTIME := CGO_ENABLED=1 CC=" + RuntimeCC + " $(GO) build -trimpath -tags " + RuntimeTags + " -ldflags '" + RuntimeLDFlags + "'",
-		"$(GOBUILD_RUNTIME) -o $(BIN)/sforge-runtime ./cmd/sforge-runtime",
+		"GOBUILD_FRONT := CGO_ENABLED=1 CC=" + FrontCC + " $(GO) build -trimpath -tags " + FrontTags + " -ldflags '" + FrontLDFlags + "'",
+		"FRONT_CMDS := " + strings.Join(FrontCommands, " ") + "\n",
+		"$(GOBUILD_FRONT) -o $(BIN)/ $(addprefix ./cmd/,$(FRONT_CMDS))",
 	} {
 		if !strings.Contains(mk, want) {
 			t.Errorf("the Makefile lacks %q: keep it and internal/testbin in step", want)
@@ -26,18 +27,20 @@ func TestSettingsMatchMakefile(t *testing.T) {
 }
 
 func TestCommand(t *testing.T) {
-	rt := Command("go", "/tmp/x", "./cmd/sforge-runtime")
-	if got := strings.Join(rt.Args, " "); got != "go build -trimpath -tags "+RuntimeTags+" -ldflags "+RuntimeLDFlags+" -o /tmp/x ./cmd/sforge-runtime" {
-		t.Errorf("sforge-runtime: %s", got)
+	for _, pkg := range []string{"./cmd/sforge-runtime", "github.com/sforge-dev/netiso/cmd/sforge-hook"} {
+		c := Command("go", "/tmp/x", pkg)
+		if got := strings.Join(c.Args, " "); got != "go build -trimpath -tags "+FrontTags+" -ldflags "+FrontLDFlags+" -o /tmp/x "+pkg {
+			t.Errorf("%s: %s", pkg, got)
+		}
+		if env := c.Env[len(c.Env)-2:]; env[0] != "CGO_ENABLED=1" || env[1] != "CC="+FrontCC {
+			t.Errorf("%s built with %v", pkg, env)
+		}
 	}
-	if env := rt.Env[len(rt.Env)-2:]; env[0] != "CGO_ENABLED=1" || env[1] != "CC="+RuntimeCC {
-		t.Errorf("sforge-runtime built with %v", env)
+	cni := Command("go", "/tmp/y", "./cmd/sforge-cni")
+	if got := strings.Join(cni.Args, " "); got != "go build -trimpath -ldflags "+LDFlags+" -o /tmp/y ./cmd/sforge-cni" {
+		t.Errorf("sforge-cni: %s", got)
 	}
-	hook := Command("go", "/tmp/y", "./cmd/sforge-hook")
-	if got := strings.Join(hook.Args, " "); got != "go build -trimpath -ldflags "+LDFlags+" -o /tmp/y ./cmd/sforge-hook" {
-		t.Errorf("sforge-hook: %s", got)
-	}
-	if hook.Env[len(hook.Env)-1] != "CGO_ENABLED=0" {
-		t.Errorf("sforge-hook: %v", hook.Env[len(hook.Env)-1])
+	if cni.Env[len(cni.Env)-1] != "CGO_ENABLED=0" {
+		t.Errorf("sforge-cni: %v", cni.Env[len(cni.Env)-1])
 	}
 }

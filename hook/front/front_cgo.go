@@ -1,0 +1,13 @@
+//go:build cgo
+
+package front
+
+// #cgo CFLAGS: -I${SRCDIR}/../../internal/cfront
+// #include "front.h"
+import "C"
+
+// The C both fronts share: importing it rebuilds this one when it changes.
+import _ "github.com/sforge-dev/netiso/internal/cfront"
+
+// Built reports whether the front is compiled in (cgo builds).
+const Built = true

@@ -1,0 +1,331 @@
+//go:build cgo
+
+package front
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/hook"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+func TestEnginesMatchGo(t *testing.T) {
+	for _, e := range engines.Names {
+		if !args([]string{"poststop", "--engine", e}) {
+			t.Errorf("the front does not accept engine %q: update internal/cfront/cfront.h", e)
+		}
+	}
+}
+
+var argsCases = []struct {
+	args []string
+	ok   bool
+}{
+	{[]string{"poststop"}, true},
+	{[]string{"poststop", "--log", "/var/log/x.log"}, true},
+	{[]string{"poststop", "--log=/x", "--engine=nftables"}, true},
+	{[]string{"poststop", "--engine", "iptables-legacy", "--log", "/x", "--log", "/y"}, true},
+	{[]string{"poststop", "--log="}, false},
+	{[]string{"poststop", "--log"}, false},
+	{[]string{"poststop", "--engine", "pf"}, false},
+	{[]string{"poststop", "-log", "/x"}, false},
+	{[]string{"poststop", "--debug"}, false},
+	{[]string{"poststop", "x"}, false},
+	{[]string{"createRuntime"}, false},
+	{[]string{"prestart"}, false},
+	{[]string{"hold-netlink"}, false},
+	{[]string{"Poststop"}, false},
+	{[]string{}, false},
+	{[]string{""}, false},
+}
+
+func TestArgs(t *testing.T) {
+	t.Setenv(engines.EnvVar, "")
+	for _, c := range argsCases {
+		if got := args(c.args); got != c.ok {
+			t.Errorf("args(%q) = %v, want %v", c.args, got, c.ok)
+		}
+		checkArgsAgree(t, c.args)
+	}
+	t.Setenv(engines.EnvVar, "bogus")
+	if args([]string{"poststop"}) {
+		t.Errorf("the front takes a poststop with %s=bogus, which the Go hook logs as an error", engines.EnvVar)
+	}
+	t.Setenv(engines.EnvVar, "nftables")
+	if !args([]string{"poststop"}) {
+		t.Errorf("the front does not take a poststop with %s=nftables", engines.EnvVar)
+	}
+}
+
+// checkArgsAgree: what the front takes, the Go hook reads as a poststop
+// without error.
+func checkArgsAgree(t *testing.T, a []string) {
+	t.Helper()
+	if !args(a) {
+		return
+	}
+	o, err := hook.ParseArgs(a, os.Getenv)
+	if err != nil || o.Stage != hook.StagePoststop {
+		t.Fatalf("the front takes %q, the Go hook reads stage %q, error %v", a, o.Stage, err)
+	}
+}
+
+func FuzzArgs(f *testing.F) {
+	for _, c := range argsCases {
+		f.Add(strings.Join(c.args, "\x00"))
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		checkArgsAgree(t, strings.Split(s, "\x00"))
+	})
+}
+
+var stateCases = []struct {
+	in     string
+	bundle string // "" when the front must not be sure
+}{
+	{`{"ociVersion":"1.0.2","id":"c1","status":"stopped","pid":0,"bundle":"/run/b"}`, "/run/b"},
+	{" {\n \"id\" : \"c1\" , \"bundle\" : \"/\" , \"annotations\" : {\"a\":[1,2.5e-3,true,null,{}]}}\n", "/"},
+	{`{"id":"c1","bundle":"/run/b","pid":4242,"extra":{"x":[]}}`, "/run/b"},
+	{`{"id":"c1","bundle":"/run/b","pid":-0}`, "/run/b"},
+	{`{"id":"","bundle":"/run/b"}`, ""},
+	{`{"bundle":"/run/b"}`, ""},
+	{`{"id":"c1","bundle":"run/b"}`, ""},
+	{`{"id":"c1","bundle":"/run/b/"}`, ""},
+	{`{"id":"c1","bundle":"/run/../b"}`, ""},
+	{`{"id":"c1","bundle":"/run/b","pid":-1}`, ""},
+	{`{"id":"c1","bundle":"/run/b","pid":1.0}`, ""},
+	{`{"id":"c1","bundle":"/run/b","pid":"1"}`, ""},
+	{`{"id":"c1","bundle":"/run/b","pid":null}`, ""},
+	{`{"id":"c1","bundle":null}`, ""},
+	{`{"id":1,"bundle":"/run/b"}`, ""},
+	{`{"id":"c1","Bundle":"/run/b"}`, ""},
+	{`{"id":"c1","bundle":"/run/b","BUNDLE":"/x"}`, ""},
+	{`{"id":"c1","bundle":"/run/b","bundle":"/x"}`, ""},
+	{`{"ID":"c1","bundle":"/run/b"}`, ""},
+	{`{"id":"c1","bundle":"/r\u00e9"}`, ""},
+	{`{"id":"c1","bundle":"/r\\b"}`, ""},
+	{"{\"id\":\"c1\",\"bundle\":\"/r\xc3\xa9\"}", ""},
+	{"{\"id\":\"c1\",\"bundle\":\"/r\xff\"}", ""},
+	{"{\"id\":\"c1\",\"bundle\":\"/r\tb\"}", ""},
+	{"{\"id\":\"c1\",\"\xc5\xbftatus\":\"x\",\"bundle\":\"/b\"}", ""},
+	{`{"id":"c1","bundle":"/run/b",}`, ""},
+	{`{"id":"c1","bundle":"/run/b"} x`, ""},
+	{`{"id":"c1","bundle":"/run/b","x":01}`, ""},
+	{`{"id":"c1","bundle":"/run/b","x":tru}`, ""},
+	{`{"id":"c1","bundle":"/run/b","x":[1,]}`, ""},
+	{`{"id":"c1","bundle":"/run/b","x":-}`, ""},
+	{`{"id":"c1","bundle":"/run/b","x":1.}`, ""},
+	{`null`, ""},
+	{``, ""},
+	{"\xef\xbb\xbf{\"id\":\"c1\",\"bundle\":\"/b\"}", ""},
+	{`{"id":"c1","bundle":"/run/b","x":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, ""},
+}
+
+func TestState(t *testing.T) {
+	for _, c := range stateCases {
+		bundle, ok := state([]byte(c.in))
+		if want := c.bundle != ""; ok != want || bundle != c.bundle {
+			t.Errorf("state(%q) = %q, %v; want %q, %v", c.in, bundle, ok, c.bundle, want)
+		}
+		checkStateAgrees(t, []byte(c.in))
+	}
+}
+
+// checkStateAgrees: where the front is sure of the bundle, the Go hook
+// reads the state without error and the same bundle.
+func checkStateAgrees(t *testing.T, b []byte) {
+	t.Helper()
+	bundle, ok := state(b)
+	if !ok {
+		return
+	}
+	st, err := hook.ReadState(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the front reads %q, the Go hook fails: %v", b, err)
+	}
+	if st.Bundle != bundle || filepath.Join(st.Bundle, "config.json") != strings.TrimSuffix(bundle, "/")+"/config.json" {
+		t.Fatalf("%q: the front reads bundle %q, the Go hook %q", b, bundle, st.Bundle)
+	}
+}
+
+func FuzzState(f *testing.F) {
+	for _, c := range stateCases {
+		f.Add([]byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkStateAgrees(t, b) })
+}
+
+type specCase struct {
+	in   string
+	ok   bool
+	net  bool
+	path string
+}
+
+var specCases = []specCase{
+	{`{"ociVersion":"1.0.2","linux":{"namespaces":[{"type":"pid"},{"type":"network"}]}}`, true, true, ""},
+	{`{"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"},{"type":"network","path":"/y"}]}}`, true, true, "/run/netns/x"},
+	{`{"linux":{"namespaces":[null,{"type":"network","path":null}]}}`, true, true, ""},
+	{`{"linux":{"namespaces":[{"path":"/x","type":"network","extra":[1]}]}}`, true, true, "/x"},
+	{`{"linux":{"namespaces":[{"type":"pid"}]}}`, true, false, ""},
+	{`{"linux":{"namespaces":null}}`, true, false, ""},
+	{`{"linux":null,"process":null,"annotations":null,"ociVersion":null}`, true, false, ""},
+	{`{}`, true, false, ""},
+	{`{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443","b":null,"b":"dup keys are fine in a map"},
+	  "process":{"env":["A=1",null],"args":["x",1],"capabilities":{"bounding":["CAP_KILL"],"ambient":null,"other":3}},
+	  "linux":{"seccomp":{"x":[{}]},"namespaces":[{"type":"network","path":"/proc/1/ns/net"}]}}`, true, true, "/proc/1/ns/net"},
+	{"{\"linux\":{\"namespaces\":[{\"type\":\"network\",\"path\":\"/r\xc3\xa9\"}]}}", false, false, ""},
+	{`{"linux":{"namespaces":[{"type":"network","path":"/a\/b"}]}}`, false, false, ""},
+	{`{"linux":{"namespaces":[{"type":"network","Path":"/x"}]}}`, false, false, ""},
+	{`{"linux":{"namespaces":[{"type":"network","path":"/x","path":"/y"}]}}`, false, false, ""},
+	{`{"linux":{"Namespaces":[]}}`, false, false, ""},
+	{`{"Linux":{}}`, false, false, ""},
+	{`{"linux":{},"linux":{}}`, false, false, ""},
+	{`{"linux":{"namespaces":[{"type":1}]}}`, false, false, ""},
+	{`{"linux":{"namespaces":{"type":"network"}}}`, false, false, ""},
+	{`{"linux":{"namespaces":["network"]}}`, false, false, ""},
+	{`{"linux":[]}`, false, false, ""},
+	{`{"annotations":{"a":1}}`, false, false, ""},
+	{`{"annotations":[]}`, false, false, ""},
+	{`{"process":{"env":"A=1"}}`, false, false, ""},
+	{`{"process":{"env":[1]}}`, false, false, ""},
+	{`{"process":{"capabilities":{"bounding":"CAP_KILL"}}}`, false, false, ""},
+	{`{"process":{"capabilities":{"Bounding":[]}}}`, false, false, ""},
+	{`{"process":{"Env":[]}}`, false, false, ""},
+	{`{"process":[]}`, false, false, ""},
+	{`{"ociVersion":1}`, false, false, ""},
+	{`{"OCIVERSION":"1"}`, false, false, ""},
+	{`{"linux":{"namespaces":[]}} {}`, false, false, ""},
+	{`{"linux":{"namespaces":[],}}`, false, false, ""},
+	{`[]`, false, false, ""},
+	{`null`, false, false, ""},
+	{``, false, false, ""},
+}
+
+func TestSpec(t *testing.T) {
+	for _, c := range specCases {
+		net, path, ok := spec([]byte(c.in))
+		if ok != c.ok || net != c.net || path != c.path {
+			t.Errorf("spec(%q) = %v, %q, %v; want %v, %q, %v", c.in, net, path, ok, c.net, c.path, c.ok)
+		}
+		checkSpecAgrees(t, []byte(c.in))
+	}
+}
+
+// TestSpecReadsEngineSpecs: the config.json files Docker and podman wrote
+// on this kind of machine (bench/testdata) are ones the front is sure of.
+func TestSpecReadsEngineSpecs(t *testing.T) {
+	for _, name := range []string{"docker-20.10-config.json", "podman-4.3-config.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "bench", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if net, _, ok := spec(b); !ok || !net {
+			t.Errorf("%s: the front reads net=%v ok=%v, want a network namespace read for sure", name, net, ok)
+		}
+		checkSpecAgrees(t, b)
+	}
+}
+
+// checkSpecAgrees: where the front is sure, the Go hook decodes the spec
+// without error and finds the same network namespace.
+func checkSpecAgrees(t *testing.T, b []byte) {
+	t.Helper()
+	net, path, ok := spec(b)
+	if !ok {
+		return
+	}
+	s, err := hook.ParseSpec(b)
+	if err != nil {
+		t.Fatalf("the front reads %q, the Go hook fails: %v", b, err)
+	}
+	var n *specs.LinuxNamespace
+	if s.Linux != nil {
+		for i := range s.Linux.Namespaces {
+			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				n = &s.Linux.Namespaces[i]
+				break
+			}
+		}
+	}
+	if net != (n != nil) || (n != nil && n.Path != path) {
+		t.Fatalf("%q: the front reads net=%v path %q, the Go hook %+v", b, net, path, n)
+	}
+}
+
+func FuzzSpec(f *testing.F) {
+	for _, c := range specCases {
+		f.Add([]byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkSpecAgrees(t, b) })
+}
+
+// spyEngine fails the test when the hook asks anything of its engine.
+type spyEngine struct{ t *testing.T }
+
+func (s spyEngine) Name() string { return "spy" }
+func (s spyEngine) Install(engine.Target, policy.Allowlist) (engine.Report, error) {
+	s.t.Fatal("the hook installed rules")
+	return engine.Report{}, nil
+}
+func (s spyEngine) Remove(engine.Target) error {
+	s.t.Fatal("the hook removed rules where the front saw nothing to do")
+	return nil
+}
+func (s spyEngine) Check(engine.Target, policy.Allowlist) error { return nil }
+
+// TestIdle runs the front's whole decision on bundles in a temporary
+// directory, and the Go hook's poststop on the same: where the front ends
+// the poststop, the Go hook does nothing and logs nothing.
+func TestIdle(t *testing.T) {
+	dir := t.TempDir()
+	present := filepath.Join(dir, "netns")
+	if err := os.WriteFile(present, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const allow = `"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443"}`
+	for _, c := range []struct {
+		name, spec string // spec "" for no config.json
+		idle       bool
+	}{
+		{"private namespace", `{` + allow + `,"linux":{"namespaces":[{"type":"network"}]}}`, true},
+		{"no network namespace", `{` + allow + `,"linux":{"namespaces":[{"type":"pid"}]}}`, true},
+		{"namespace path gone", `{` + allow + `,"linux":{"namespaces":[{"type":"network","path":"` + dir + `/gone"}]}}`, true},
+		{"namespace path present", `{` + allow + `,"linux":{"namespaces":[{"type":"network","path":"` + present + `"}]}}`, false},
+		{"path under a file", `{` + allow + `,"linux":{"namespaces":[{"type":"network","path":"` + present + `/x"}]}}`, false},
+		{"malformed config.json", `{` + allow + `,"linux":{"namespaces":[{"type":"network"}]}`, false},
+		{"no config.json", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bundle := t.TempDir()
+			if c.spec != "" {
+				if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(c.spec), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := []byte(`{"ociVersion":"1.0.2","id":"c1","status":"stopped","bundle":"` + bundle + `"}`)
+			if got := idle(st); got != c.idle {
+				t.Fatalf("idle = %v, want %v", got, c.idle)
+			}
+			if !c.idle {
+				return
+			}
+			log := filepath.Join(t.TempDir(), "hook.log")
+			h := &hook.Hook{Engine: spyEngine{t}, Log: &hook.Logger{Path: log}}
+			if err := h.Run(hook.StagePoststop, bytes.NewReader(st)); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(log); !os.IsNotExist(err) {
+				t.Fatalf("the front ends this poststop, but the Go hook logged %q (%v)", b, err)
+			}
+		})
+	}
+}
