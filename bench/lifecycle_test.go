@@ -32,7 +32,8 @@ import (
 //     of runc; it runs runc create as a child and installs the rules
 //     itself before returning;
 //   - the hooks.d path (podman, CRI-O): runc with sforge-hook as the
-//     createRuntime and poststop hooks, as the hooks.d files register it;
+//     createRuntime and poststop hooks, as the hooks.d files register it
+//     (and the same hook built without its C front, hook/front);
 //   - the seed's approach: runc, plus one iptables process per rule run
 //     into the created container's namespace before start.
 //
