@@ -29,8 +29,9 @@ import (
 // without isolation, in one interleaved run:
 //
 //   - the runtime-shim path (Docker, containerd): sforge-runtime in place
-//     of runc; it runs runc create as a child and installs the rules
-//     itself before returning;
+//     of runc; for a private namespace it makes the namespace, installs
+//     the rules in it and execs runc create (for one given by path it runs
+//     runc create as a child and installs before returning);
 //   - the hooks.d path (podman, CRI-O): runc with sforge-hook as the
 //     createRuntime and poststop hooks, as the hooks.d files register it
 //     (and the same hook built without its C front, hook/front);
