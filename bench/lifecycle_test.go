@@ -273,6 +273,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	shim(g, docker, pathNS.Path(), base, engines.NFTables, 4)
 	base = plain(g, podman, pathNS.Path(), []string{"CAP_NET_RAW"})
 	hook(g, podman, pathNS.Path(), base, engines.NFTables, 4)
+	hookBinary(pureGoHookBin, "pure-Go sforge-hook", g, podman, pathNS.Path(), base, engines.NFTables, 4)
 	g = "minimal spec (no seccomp, 2 mounts), private netns"
 	base = plain(g, "", "", nil)
 	shim(g, "", "", base, engines.NFTables, 4)

@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// holdStage is the hook's internal mode for the process holdNetlink
-// starts; runtimes never pass it.
-const holdStage = "hold-netlink"
+// HoldStage is the hook's internal mode for the process holdNetlink
+// starts; runtimes never pass it. hook/front ends it in C, before Go
+// starts.
+const HoldStage = "hold-netlink"
 
 // holdTimeout bounds a holder whose parent's end of the pipe leaked.
 var holdTimeout = 10 * time.Second
@@ -36,7 +37,7 @@ func holdNetlink(sock *os.File) error {
 		return err
 	}
 	defer r.Close()
-	cmd := exec.Command("/proc/self/exe", holdStage)
+	cmd := exec.Command("/proc/self/exe", HoldStage)
 	cmd.Stdin = r
 	cmd.ExtraFiles = []*os.File{sock}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -41,7 +41,7 @@ func TestHoldReturns(t *testing.T) {
 // The holder mode is recognised before argument parsing and is silent.
 func TestMainHoldMode(t *testing.T) {
 	var stderr strings.Builder
-	if code := Main([]string{"sforge-hook", holdStage}, strings.NewReader(""), &stderr, func(string) string { return "" }); code != 0 || stderr.Len() != 0 {
+	if code := Main([]string{"sforge-hook", HoldStage}, strings.NewReader(""), &stderr, func(string) string { return "" }); code != 0 || stderr.Len() != 0 {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
 	}
 }

@@ -36,7 +36,7 @@ var BeforeInstall func()
 // Main runs the hook with the process's arguments (program name first) and
 // returns the exit status. Failures are one line on stderr.
 func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 2 && args[1] == holdStage {
+	if len(args) == 2 && args[1] == HoldStage {
 		hold(stdin)
 		return 0
 	}

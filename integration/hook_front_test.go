@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 )
@@ -18,7 +19,8 @@ import (
 // front must have ended the poststop of a private namespace itself (the Go
 // runtime never started: no GODEBUG=inittrace line), and where it leaves
 // the poststop to the Go hook, the Go hook must read the whole state the
-// front read first (one larger than a pipe's buffer here). The lifecycles
+// front read first (one larger than a pipe's buffer here). The front also
+// takes the hook's netlink holder (hook.HoldStage). The lifecycles
 // through real runc and podman elsewhere in this package (private
 // namespaces, shared ones whose rules poststop removes) run with the front
 // as built.
@@ -30,6 +32,25 @@ func TestHookFront(t *testing.T) {
 	const allow = `"annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"}`
 	// A state as large as podman's can be (it copies the annotations).
 	padding := `,"annotations":{"x":"` + strings.Repeat("p", 200<<10) + `"}`
+	t.Run("netlink holder", func(t *testing.T) {
+		for _, withFront := range []bool{true, false} {
+			// The hook's stdin ends (it exited): the holder exits.
+			cmd := exec.Command(hookBin, hook.HoldStage)
+			cmd.Stdin = strings.NewReader("")
+			cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+			if !withFront {
+				cmd.Env = append(cmd.Env, front.DisableEnv+"=1")
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%s (front %v): %v, stderr %q", hook.HoldStage, withFront, err, stderr.String())
+			}
+			if goRan := strings.Contains(stderr.String(), "init "); goRan == withFront {
+				t.Fatalf("%s (front %v): the Go hook ran: %v (stderr %q)", hook.HoldStage, withFront, goRan, stderr.String())
+			}
+		}
+	})
 	for _, c := range []struct {
 		name, spec, stateExtra string
 		front                  bool   // the front ends it

@@ -1,6 +1,7 @@
 // Package front is sforge-hook's front: a few lines of C that run as an
 // ELF constructor, before the Go runtime starts, and end a `poststop` that
-// has nothing to do.
+// has nothing to do; they also play the hook's netlink holder
+// (hook.HoldStage), which only waits for the hook to exit.
 //
 // Why C: runc runs the hooks.d poststop entry (podman, CRI-O) for every
 // isolated container, and for one whose network namespace was its own

@@ -1,20 +1,23 @@
 // sforge-hook's front: see doc.go for why this is C.
 //
-// It runs as an ELF constructor, before the Go runtime starts, for one
-// case: `sforge-hook poststop` for a container whose network namespace was
+// It runs as an ELF constructor, before the Go runtime starts, for two
+// cases. `sforge-hook poststop` for a container whose network namespace was
 // its own (no path: it died with the container, and the rules with it) or
-// whose namespace path is gone. The Go hook returns there without doing or
+// whose namespace path is gone: the Go hook returns there without doing or
 // logging anything (hook.poststop); the front exits 0 instead of starting
 // it. Whenever anything is not exactly as expected it leaves the decision
 // to the Go hook, with the state it read from stdin put back where the Go
-// hook reads it: every decision here can only fall back.
+// hook reads it: every decision here can only fall back. And the hook's
+// internal `hold-netlink` mode (hook.hold), which only waits.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cfront.h"
@@ -412,12 +415,41 @@ static void put_back(int keep, const char *buf, size_t n) {
 		dup2(keep, 0);
 }
 
+// hold is hook.hold, for the copy of the hook that a poststop's removal
+// hands its netlink socket to (descriptor 3, inherited): it ends when stdin
+// ends (the hook exited) or fails, or after 10 s (hook.holdTimeout), and
+// its exit closes the socket. In C the holder costs no Go start beside
+// runc's delete.
+static void hold(void) {
+	struct timespec now, end;
+	char buf[512];
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += 10;
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long ms = (end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+		struct pollfd p = {.fd = 0, .events = POLLIN};
+		int r = ms > 0 ? poll(&p, 1, (int)ms) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			_exit(0);
+		ssize_t k = read(0, buf, sizeof buf);
+		if (k < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (k <= 0)
+			_exit(0);
+	}
+}
+
 __attribute__((constructor)) static void sforge_hook_front(void) {
 	static char cmd[16384];
 	static char *argv[64];
 	if (getenv("SFORGE_HOOK_NO_FRONT"))
 		return;
 	int argc = cfront_cmdline(cmd, sizeof cmd, argv, sizeof argv / sizeof argv[0]);
+	if (argc == 2 && strcmp(argv[1], "hold-netlink") == 0) // hook.Main's test
+		hold();
 	if (argc < 2 || !sforge_hook_front_args(argc - 1, argv + 1))
 		return;
 	// The memory file first: without it, the state cannot be put back,
