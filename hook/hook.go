@@ -196,7 +196,10 @@ func installFix(err error) string {
 // poststop removes the container's chain when its network namespace
 // outlives it: a bind-mounted namespace, or another container's that it
 // joined. A private namespace without a path died with the container and
-// took the rules with it, so there is nothing to do and nothing is run.
+// took the rules with it, so there is nothing to do and nothing is run;
+// cmd/sforge-hook's C front (hook/front) decides that case the same way
+// before Go starts, and whatever it changes here it must change too
+// (its tests compare the two).
 func (h *Hook) poststop(st *specs.State) {
 	spec, err := LoadSpec(st.Bundle)
 	if err != nil {
