@@ -83,7 +83,7 @@ func LoadSpec(bundle string) (*specs.Spec, error) {
 // on every container start and stop. Members the hook does not read are
 // skipped, not validated; runc validates the whole spec itself. hook/front
 // reads these same members in C (and ReadState's): a change here is one
-// there too, which its tests and fuzz targets catch.
+// there too (hook/front/front_test.go compares the two readers).
 type leanSpec struct {
 	Version     string            `json:"ociVersion"`
 	Annotations map[string]string `json:"annotations"`
