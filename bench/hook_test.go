@@ -16,6 +16,7 @@ import (
 
 	"github.com/sforge-dev/netiso/bench/internal/timing"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -228,10 +229,13 @@ func (h *hookRunner) run(b *testing.B, id string) {
 	}
 }
 
-// BenchmarkHookNothingToDo: the hook process for a container without an
-// allowlist (it reads the state and config.json and exits, opening no
-// engine), against /bin/true: what every container pays where the hook is
-// registered for all containers.
+// BenchmarkHookNothingToDo: the hook process where it has nothing to do,
+// against /bin/true: for a container without an allowlist (it reads the
+// state and config.json and exits, opening no engine), what every container
+// pays where the hook is registered for all containers; and the poststop of
+// a container whose namespace died with it, which every isolated container
+// pays on the hooks.d path, with the hook's C front (hook/front) and
+// without it.
 func BenchmarkHookNothingToDo(b *testing.B) {
 	testenv.RequireRoot(b)
 	b.Cleanup(testbin.Cleanup)
@@ -245,14 +249,26 @@ func BenchmarkHookNothingToDo(b *testing.B) {
 		b.Fatal(err)
 	}
 	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":%q}`, dir)
-	names := []string{"/bin/true", "sforge-hook, no allowlist"}
+	log := filepath.Join(dir, "hook.log")
+	contenders := []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"/bin/true", []string{"/bin/true"}, nil},
+		{"sforge-hook, no allowlist", []string{bins.Hook, "createRuntime", "--log", log}, nil},
+		{"poststop, no netns (front)", []string{bins.Hook, "poststop", "--log", log}, nil},
+		{"poststop, no netns (Go)", []string{bins.Hook, "poststop", "--log", log}, []string{front.DisableEnv + "=1"}},
+	}
+	names := make([]string, len(contenders))
+	for i, c := range contenders {
+		names[i] = c.name
+	}
 	n := rounds(100)
 	for range b.N {
 		s := hookInterleave(len(names), n, func(c, _ int) time.Duration {
-			cmd := exec.Command("/bin/true")
-			if c == 1 {
-				cmd = exec.Command(bins.Hook, "createRuntime", "--log", filepath.Join(dir, "hook.log"))
-			}
+			cmd := exec.Command(contenders[c].args[0], contenders[c].args[1:]...)
+			cmd.Env = append(os.Environ(), contenders[c].env...)
 			cmd.Stdin = strings.NewReader(state)
 			start := time.Now()
 			out, err := cmd.CombinedOutput()

@@ -379,24 +379,6 @@ int sforge_hook_front_idle(const char *buf, size_t len) {
 	return !net || !*path || (stat(path, &st) != 0 && errno == ENOENT);
 }
 
-// read_state reads stdin, at most MAX_STATE + 1 bytes (ReadState's limit
-// and one more). *failed is set on a read error.
-static size_t read_state(char *buf, int *failed) {
-	size_t n = 0;
-	*failed = 0;
-	while (n < MAX_STATE + 1) {
-		ssize_t k = read(0, buf + n, MAX_STATE + 1 - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			*failed = k < 0;
-			break;
-		}
-		n += (size_t)k;
-	}
-	return n;
-}
-
 // put_back makes what was read from stdin readable again at fd 0, from a
 // memory file. Should that fail, the Go hook reads what is left of stdin: a
 // truncated state, which it logs and returns on (poststop never fails a
@@ -459,9 +441,11 @@ __attribute__((constructor)) static void sforge_hook_front(void) {
 		return;
 	char *buf = malloc(MAX_STATE + 1);
 	if (buf) {
-		int failed;
-		size_t n = read_state(buf, &failed);
-		if (!failed && n <= MAX_STATE && sforge_hook_front_idle(buf, n))
+		// At most ReadState's limit and one more: a larger state is the
+		// Go hook's to refuse.
+		int err;
+		size_t n = cfront_read_fd(0, buf, MAX_STATE + 1, &err);
+		if (!err && sforge_hook_front_idle(buf, n))
 			_exit(0);
 		if (n > 0) // nothing read: the Go hook reads the same end or error
 			put_back(keep, buf, n);

@@ -25,37 +25,36 @@ static inline int cfront_in(const char *const *set, const char *s, size_t n) {
 	return 0;
 }
 
-// cfront_read_fd reads fd to its end into buf. It returns the length, or
-// -1 with errno set (EFBIG: it does not fit in cap bytes).
-static inline ssize_t cfront_read_fd(int fd, char *buf, size_t cap) {
+// cfront_read_fd reads fd into buf until its end or until cap bytes are
+// in. It returns how many bytes it read, and in *err 0 at the end, EFBIG
+// when buf filled up first, or a read's errno.
+static inline size_t cfront_read_fd(int fd, char *buf, size_t cap, int *err) {
 	size_t n = 0;
-	for (;;) {
+	for (*err = 0; n < cap;) {
 		ssize_t k = read(fd, buf + n, cap - n);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
-			return -1;
-		if (k == 0)
-			return (ssize_t)n;
+			*err = errno;
+		if (k <= 0)
+			return n;
 		n += (size_t)k;
-		if (n == cap) {
-			errno = EFBIG;
-			return -1;
-		}
 	}
+	*err = EFBIG;
+	return n;
 }
 
-// cfront_read_small reads the whole file at path into buf, as
-// cfront_read_fd does.
+// cfront_read_small reads the whole file at path into buf. It returns the
+// length, or -1 with errno set (EFBIG: it does not fit in cap bytes).
 static inline ssize_t cfront_read_small(const char *path, char *buf, size_t cap) {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	ssize_t n = cfront_read_fd(fd, buf, cap);
-	int err = errno;
+	int err;
+	size_t n = cfront_read_fd(fd, buf, cap, &err);
 	close(fd);
 	errno = err;
-	return n;
+	return err ? -1 : (ssize_t)n;
 }
 
 // cfront_clean_abs reports whether the n bytes at d are an absolute path
