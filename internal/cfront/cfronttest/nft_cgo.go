@@ -1,0 +1,186 @@
+//go:build cgo
+
+package cfronttest
+
+// #cgo CFLAGS: -I${SRCDIR}/.. -Wall -Wextra -Werror
+// #include "nft.h"
+// #include <stdlib.h>
+//
+// // cfronttest_nft_verify runs the C's read-back alone: the plan for a,
+// // compared with what the namespace holds (cf_nft_verify). 1: the same;
+// // 0: not; -1: no plan or no socket; -2: the thread is stuck in nsfd.
+// static int cfronttest_nft_verify(int nsfd, const char *table, const struct cfront_allowlist *a) {
+// 	struct cf_nft *s = calloc(1, sizeof *s);
+// 	if (!s)
+// 		return -1;
+// 	s->table = table;
+// 	s->fd = -1;
+// 	int ok = -1;
+// 	if (cf_nft_plan(s, a)) {
+// 		s->fd = cf_nft_socket(nsfd);
+// 		if (s->fd == -2)
+// 			ok = -2;
+// 		else if (s->fd >= 0)
+// 			ok = cf_nft_verify(s);
+// 	}
+// 	if (s->fd >= 0)
+// 		close(s->fd);
+// 	free(s);
+// 	return ok;
+// }
+//
+// // cfronttest_nft_delete runs the C's deleteTable alone (the batch an
+// // unverified install ends with): 1 when acknowledged, 0 when refused,
+// // -1 when unknown or no socket; -2: the thread is stuck in nsfd.
+// static int cfronttest_nft_delete(int nsfd, const char *table) {
+// 	struct cf_nft *s = calloc(1, sizeof *s);
+// 	if (!s)
+// 		return -1;
+// 	s->table = table;
+// 	s->fd = cf_nft_socket(nsfd);
+// 	int ok = s->fd == -2 ? -2 : s->fd < 0 ? -1 : cf_nft_flush(s, 1);
+// 	if (s->fd >= 0)
+// 		close(s->fd);
+// 	free(s);
+// 	return ok;
+// }
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// NFTInstall runs the C install (cfront_nft_install, nft.h) in the network
+// namespace at nsPath for the table named table and the allowlist a, which
+// it canonicalises first (the C is given what policy.Allowlist.Canonical
+// returns, as the front's decoder fills it in). It returns the C's result:
+// the number of rules installed, 0 when it left the install to Go. The
+// path is opened as it is, without the nsfs check of the Go engine, so that
+// tests can give the C a file that is no namespace.
+func NFTInstall(nsPath, table string, a policy.Allowlist) (int, error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, err
+	}
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfront_nft_install(fd, t, ca)
+		return r, err
+	})
+	return int(n), err
+}
+
+// NFTVerify runs only the C's read-back (verifyContent's mirror) of the
+// table for a in the namespace at nsPath: true when the kernel holds what
+// the C would install for a.
+func NFTVerify(nsPath, table string, a policy.Allowlist) (bool, error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return false, err
+	}
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfronttest_nft_verify(fd, t, ca)
+		switch r {
+		case -2:
+			return -1, err // stuck in the namespace
+		case -1:
+			return -3, nil // no plan, no socket or no answer: not stuck
+		}
+		return r, nil
+	})
+	if err == nil && n < 0 {
+		err = errors.New("the C could not plan, open a socket or read the table")
+	}
+	return n == 1, err
+}
+
+// NFTDelete runs only the C's deleteTable batch (NEWTABLE and DELTABLE)
+// for table in the namespace at nsPath: nil when the kernel acknowledged
+// it.
+func NFTDelete(nsPath, table string) error {
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfronttest_nft_delete(fd, t)
+		switch r {
+		case -2:
+			return -1, err // stuck in the namespace
+		case -1:
+			return -3, nil // no plan, no socket or no answer: not stuck
+		}
+		return r, nil
+	})
+	if err == nil && n != 1 {
+		err = fmt.Errorf("the C's delete batch failed (%d)", n)
+	}
+	return err
+}
+
+// cAllowlist is the C struct for a's canonical form, as allow.h describes
+// it.
+func cAllowlist(a policy.Allowlist) (*C.struct_cfront_allowlist, error) {
+	c, err := a.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	ca := new(C.struct_cfront_allowlist)
+	if len(c.Endpoints) > len(ca.endpoints) || len(c.DNS) > len(ca.dns) {
+		return nil, fmt.Errorf("allowlist too long for the C: %d endpoints, %d resolvers", len(c.Endpoints), len(c.DNS))
+	}
+	for i, e := range c.Endpoints {
+		a4 := e.Prefix.Addr().As4()
+		ce := &ca.endpoints[i]
+		for j := range a4 {
+			ce.addr[j] = C.uint8_t(a4[j])
+		}
+		ce.bits = C.uint8_t(e.Prefix.Bits())
+		switch e.Proto {
+		case policy.TCP:
+			ce.proto = 6
+		case policy.UDP:
+			ce.proto = 17
+		default:
+			return nil, fmt.Errorf("endpoint %s: unknown protocol", e)
+		}
+		ce.port = C.uint16_t(e.Port)
+	}
+	for i, d := range c.DNS {
+		a4 := d.As4()
+		for j := range a4 {
+			ca.dns[i][j] = C.uint8_t(a4[j])
+		}
+	}
+	ca.n_endpoints = C.size_t(len(c.Endpoints))
+	ca.n_dns = C.size_t(len(c.DNS))
+	if c.Action == policy.Drop {
+		ca.drop = 1
+	}
+	return ca, nil
+}
+
+// inC opens nsPath (as it is: no nsfs check, so that tests can hand the C
+// a file that is no namespace) and runs fn with it and table on a locked
+// thread: the C moves its thread into the namespace and back, and no
+// other goroutine may run there meanwhile. fn returns -1 when the thread
+// is stuck in the namespace: it then stays locked, and the runtime ends
+// it when this goroutine exits.
+func inC(nsPath, table string, fn func(fd C.int, table *C.char) (C.int, error)) (C.int, error) {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("failed to open %s: %w", nsPath, err)
+	}
+	defer unix.Close(fd)
+	ctable := C.CString(table)
+	defer C.free(unsafe.Pointer(ctable))
+	runtime.LockOSThread()
+	n, errno := fn(C.int(fd), ctable)
+	if n == -1 {
+		return n, errors.Join(errors.New("the C could not return to the thread's network namespace"), errno)
+	}
+	runtime.UnlockOSThread()
+	return n, nil
+}
