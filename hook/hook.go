@@ -129,6 +129,10 @@ func (h *Hook) hostNetNS() []string {
 	return hostNetNS
 }
 
+// install is also made in C, before Go starts, by cmd/sforge-hook's front
+// (hook/front: sforge_hook_front_decide up to the engine, then the C
+// engine of internal/cfront/nft.h); whatever changes here must change
+// there (hook/front's TestDecide and FuzzDecide compare the two).
 func (h *Hook) install(stage string, st *specs.State) error {
 	refuse := func(cause, fix string) error { return &Refusal{ID: st.ID, Cause: cause, Fix: fix} }
 	spec, err := LoadSpec(st.Bundle)

@@ -80,7 +80,9 @@ func Encode(a Allowlist) (string, error) {
 
 // Decode parses a value strictly: the version first, every entry well
 // formed, no duplicates, at most MaxEntries entries and MaxValueBytes bytes.
-// The result is canonical.
+// The result is canonical. internal/cfront/allow.h decodes it the same way
+// in C, for the hook's front; a change here is one there too
+// (internal/cfront/cfronttest's FuzzDecode compares the two).
 func Decode(value string) (Allowlist, error) {
 	whole := func(format string, args ...any) (Allowlist, error) {
 		return Allowlist{}, &AnnotationError{Reason: fmt.Sprintf(format, args...)}

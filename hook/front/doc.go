@@ -1,27 +1,37 @@
-// Package front is sforge-hook's front: a few lines of C that run as an
-// ELF constructor, before the Go runtime starts, and end a `poststop` that
-// has nothing to do; they also play the hook's netlink holder
-// (hook.HoldStage), which only waits for the hook to exit.
+// Package front is sforge-hook's front: C that runs as an ELF constructor,
+// before the Go runtime starts. It ends a `poststop` that has nothing to
+// do, installs the rules of a `createRuntime` (or `prestart`) it reads
+// without doubt, and plays the hook's netlink holder (hook.HoldStage),
+// which only waits for the hook to exit.
 //
-// Why C: runc runs the hooks.d poststop entry (podman, CRI-O) for every
-// isolated container, and for one whose network namespace was its own
-// there is nothing to remove: the rules died with the namespace. The Go
-// hook returns at once there, but only after a Go process start (runtime
-// and heap set-up, threads, package initialisers), 7–8 ms of CPU on the
-// machines of BENCHMARKS.md, on every container's deletion. The front reads
-// the state and config.json as the Go hook does and exits 0 in about
-// the cost of /bin/true; sforge-runtime's front (shim/front) does the same
-// for the runtime's pass-through commands.
+// Why C: a Go process start (runtime and heap set-up, threads, package
+// initialisers) costs 7–8 ms of CPU on the machines of BENCHMARKS.md, and
+// runc runs the hooks.d entries (podman, CRI-O) twice per isolated
+// container, at create and at delete. At poststop, for a container whose
+// network namespace was its own, there is nothing to remove: the rules
+// died with the namespace. At createRuntime the work itself, one netlink
+// batch and its read-back, takes a fraction of the Go start.
 //
-// The front is an optimisation and nothing else: it exits only when it is
-// sure that the Go hook would return 0 without doing or logging anything
-// (a poststop with arguments the hook reads, a state and a config.json that
-// encoding/json decodes into the hook's lean structs, the network namespace
-// absent, without a path, or with a path that does not exist); in every
-// other case it puts the state it read back on fd 0 (a memory file) and the
-// Go hook runs as before. front_test.go checks the C readers against the Go
-// ones (also as fuzz targets), and the integration tests run the hook with
-// and without it ($SFORGE_HOOK_NO_FRONT set turns it off).
+// The front is an optimisation and nothing else. At poststop it exits only
+// when it is sure that the Go hook would return 0 without doing or logging
+// anything (a state and a config.json that encoding/json decodes into the
+// hook's lean structs, the network namespace absent, without a path, or
+// with a path that does not exist). At createRuntime it installs only when
+// it is sure the Go hook would install the same allowlist in the same
+// namespace (sforge_hook_front_decide: the allowlist decoded as
+// policy.Decode does, capabilities and namespaces checked as hook.install
+// checks them, the engine auto or nftables) and the C engine
+// (internal/cfront/nft.h) reads the table back as the Go engine verifies
+// it; it exits 0 when the container has no allowlist at all. In every
+// other case, each refusal included, it puts the state it read back on fd
+// 0 (a memory file) and the Go hook runs as before, so that what a user
+// reads is the Go hook's message. The one exception fails closed: should
+// the thread be unable to leave the container's namespace, the front
+// refuses the container itself. front_test.go checks the C decisions
+// against the Go hook's (also as fuzz targets); internal/cfront/cfronttest
+// checks the C engine against the Go one in real namespaces; the
+// integration tests run the hook with and without the front
+// ($SFORGE_HOOK_NO_FRONT set turns it off).
 //
 // Only cmd/sforge-hook may import this package: the constructor runs in
 // whatever binary links it (a test checks that no other command does).

@@ -1,27 +1,38 @@
 // sforge-hook's front: see doc.go for why this is C.
 //
-// It runs as an ELF constructor, before the Go runtime starts, for two
+// It runs as an ELF constructor, before the Go runtime starts, for three
 // cases. `sforge-hook poststop` for a container whose network namespace was
 // its own (no path: it died with the container, and the rules with it) or
 // whose namespace path is gone: the Go hook returns there without doing or
 // logging anything (hook.poststop); the front exits 0 instead of starting
-// it. Whenever anything is not exactly as expected it leaves the decision
-// to the Go hook, with the state it read from stdin put back where the Go
-// hook reads it: every decision here can only fall back. And the hook's
+// it. `sforge-hook createRuntime` (or prestart) for a container whose
+// allowlist, capabilities and namespace the front reads without doubt: it
+// installs the nftables table itself (internal/cfront/nft.h, the C mirror
+// of engine/nftables) and logs the line the Go hook would. Whenever
+// anything is not exactly as expected it leaves the decision to the Go
+// hook, with the state it read from stdin put back where the Go hook reads
+// it: every decision here can only fall back, or refuse. And the hook's
 // internal `hold-netlink` mode (hook.hold), which only waits.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "allow.h"
 #include "cfront.h"
 #include "front.h"
+#include "nft.h"
 
 // The bounds of hook/state.go (maxStateBytes, maxSpecBytes), and a nesting
 // depth past which the front leaves a document to Go.
@@ -29,23 +40,67 @@
 #define MAX_SPEC (16 << 20)
 #define MAX_DEPTH 64
 
-int sforge_hook_front_args(int argc, char **args) {
+// What the hook's arguments and environment ask for (hook.ParseArgs).
+enum stage { STAGE_OTHER, STAGE_INSTALL, STAGE_POSTSTOP };
+
+struct opts {
+	enum stage stage;
+	const char *log;    // hook.DefaultLogPath, $SFORGE_HOOK_LOG, --log
+	const char *engine; // auto, $SFORGE_ENGINE, --engine
+};
+
+// read_opts mirrors hook.ParseArgs for the arguments it accepts without
+// error; STAGE_OTHER for anything else (the Go hook's to report).
+static enum stage read_opts(int argc, char **args, struct opts *o) {
 	const char *env = getenv("SFORGE_ENGINE");
-	if (env && *env && !cfront_in(cfront_engines, env, strlen(env)))
-		return 0;
-	if (argc < 1 || strcmp(args[0], "poststop") != 0)
-		return 0;
+	o->stage = STAGE_OTHER;
+	o->log = "/var/log/sforge/hook.log";
+	o->engine = "auto";
+	const char *log = getenv("SFORGE_HOOK_LOG");
+	if (log && *log)
+		o->log = log;
+	if (env && *env) {
+		if (!cfront_in(cfront_engines, env, strlen(env)))
+			return STAGE_OTHER;
+		o->engine = env;
+	}
+	if (argc < 1)
+		return STAGE_OTHER;
+	enum stage stage;
+	if (strcmp(args[0], "poststop") == 0)
+		stage = STAGE_POSTSTOP;
+	else if (strcmp(args[0], "createRuntime") == 0 || strcmp(args[0], "prestart") == 0)
+		stage = STAGE_INSTALL;
+	else
+		return STAGE_OTHER;
 	for (int i = 1; i < argc; i++) {
 		const char *a = args[i], *eq = strchr(a, '=');
 		size_t n = eq ? (size_t)(eq - a) : strlen(a);
 		int engine = n == 8 && memcmp(a, "--engine", 8) == 0;
 		if (!engine && !(n == 5 && memcmp(a, "--log", 5) == 0))
-			return 0;
+			return STAGE_OTHER;
 		const char *v = eq ? eq + 1 : (++i < argc ? args[i] : NULL);
 		if (!v || !*v || (engine && !cfront_in(cfront_engines, v, strlen(v))))
-			return 0;
+			return STAGE_OTHER;
+		if (engine)
+			o->engine = v;
+		else
+			o->log = v;
 	}
-	return 1;
+	return o->stage = stage;
+}
+
+int sforge_hook_front_args(int argc, char **args) {
+	struct opts o;
+	return read_opts(argc, args, &o) == STAGE_POSTSTOP;
+}
+
+int sforge_hook_front_opts(int argc, char **args, const char **engine, const char **log) {
+	struct opts o;
+	enum stage stage = read_opts(argc, args, &o);
+	*engine = o.engine;
+	*log = o.log;
+	return stage == STAGE_POSTSTOP ? 2 : stage == STAGE_INSTALL;
 }
 
 // A validating JSON reader (RFC 8259) that reads only what the Go hook's
@@ -157,14 +212,6 @@ static int text_element(struct json *j, void *ctx) {
 	return text(j, &s, &n);
 }
 
-static int text_member(struct json *j, void *ctx, const char *key, size_t n) {
-	(void)key, (void)n;
-	return text_element(j, ctx);
-}
-
-// texts reads what encoding/json decodes into a []string.
-static int texts(struct json *j) { return null(j) || array(j, text_element, NULL); }
-
 static int value(struct json *j) {
 	cfront_ws(&j->r);
 	if (j->r.p >= j->r.end)
@@ -217,8 +264,9 @@ static const char *const state_names[] = {"ociVersion", "id", "status", "pid", "
 
 struct state {
 	unsigned seen;
-	const char *bundle;
+	const char *bundle, *id;
 	size_t bundle_n, id_n;
+	long pid;
 };
 
 static int state_member(struct json *j, void *ctx, const char *key, size_t n) {
@@ -226,35 +274,39 @@ static int state_member(struct json *j, void *ctx, const char *key, size_t n) {
 	int f = field(state_names, &st->seen, key, n);
 	if (f < 0)
 		return f == -1 && value(j);
-	if (f == 3) {
-		long pid; // ReadState refuses a negative one
-		return cfront_int(&j->r, &pid) && pid >= 0;
-	}
+	if (f == 3) // ReadState refuses a negative pid
+		return cfront_int(&j->r, &st->pid) && st->pid >= 0;
 	const char *s;
 	size_t sn;
 	if (!cfront_span(&j->r, &s, &sn))
 		return 0; // null or a number: Go's to say
 	if (f == 1)
-		st->id_n = sn;
+		st->id = s, st->id_n = sn;
 	else if (f == 4)
 		st->bundle = s, st->bundle_n = sn;
 	return 1;
 }
 
-int sforge_hook_front_state(const char *buf, size_t len, char *bundle, size_t cap) {
+// read_state reads the OCI state as ReadState does and makes its checks,
+// with a bundle that filepath.Join leaves as it is and that holds what Go
+// would read (it replaces invalid UTF-8), NUL-terminated in bundle.
+static int read_state(const char *buf, size_t len, struct state *st, char *bundle, size_t cap) {
 	struct json j = {{buf, buf + len}, 0};
-	struct state st = {0};
-	if (len > MAX_STATE || !object(&j, state_member, &st))
+	*st = (struct state){0};
+	if (len > MAX_STATE || !object(&j, state_member, st))
 		return 0;
 	cfront_ws(&j.r);
-	// ReadState's checks, and a bundle that filepath.Join leaves as it is
-	// and that holds what Go would read (it replaces invalid UTF-8).
-	if (j.r.p != j.r.end || st.id_n == 0 || !st.bundle || st.bundle_n >= cap ||
-	    !ascii(st.bundle, st.bundle_n) || !cfront_clean_abs(st.bundle, st.bundle_n))
+	if (j.r.p != j.r.end || st->id_n == 0 || !st->bundle || st->bundle_n >= cap ||
+	    !ascii(st->bundle, st->bundle_n) || !cfront_clean_abs(st->bundle, st->bundle_n))
 		return 0;
-	memcpy(bundle, st.bundle, st.bundle_n);
-	bundle[st.bundle_n] = '\0';
+	memcpy(bundle, st->bundle, st->bundle_n);
+	bundle[st->bundle_n] = '\0';
 	return 1;
+}
+
+int sforge_hook_front_state(const char *buf, size_t len, char *bundle, size_t cap) {
+	struct state st;
+	return read_state(buf, len, &st, bundle, cap);
 }
 
 // config.json: the members of hook.leanSpec, level by level.
@@ -268,6 +320,16 @@ struct spec {
 	int net; // a network namespace was found: the first one counts
 	const char *path;
 	size_t path_n;
+	// The allowlist, as policy.Lookup finds it: the annotation, else the
+	// environment form. unsure: a case the front leaves to Go (a repeated
+	// or null annotation, the environment form set twice differently, a
+	// value that is not ASCII).
+	int ann, env, unsure;
+	const char *ann_v, *env_v;
+	size_t ann_n, env_n;
+	// checkCaps: a process, with a capabilities object, and a capability
+	// that is forbidden or that the front does not read as Go does.
+	int process, caps, bad_cap;
 };
 
 // level is an object being read: the names seen in it, and the spec.
@@ -276,9 +338,61 @@ struct level {
 	struct spec *spec;
 };
 
+// forbidden mirrors checkCaps' test of one capability (canonicalCap, then
+// forbiddenCaps): any non-ASCII byte counts as forbidden, since
+// strings.ToUpper and TrimSpace read Unicode (ToUpper("ı") is "I").
+static int forbidden(const char *s, size_t n) {
+	static const char *const caps[] = {"NET_ADMIN", "NET_RAW", "SYS_ADMIN", NULL};
+	char up[64];
+	if (!ascii(s, n))
+		return 1;
+	while (n && strchr(" \t\n\v\f\r", *s))
+		s++, n--;
+	while (n && strchr(" \t\n\v\f\r", s[n - 1]))
+		n--;
+	if (n >= sizeof up)
+		return 0; // longer than any capability: not one of ours
+	for (size_t i = 0; i < n; i++)
+		up[i] = s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i];
+	const char *c = up;
+	if (n >= 4 && memcmp(up, "CAP_", 4) == 0)
+		c += 4, n -= 4;
+	return cfront_in(caps, c, n);
+}
+
+static int cap_element(struct json *j, void *ctx) {
+	struct spec *sp = ctx;
+	const char *s;
+	size_t n;
+	if (!text(j, &s, &n))
+		return 0;
+	if (s && forbidden(s, n)) // null is "" in a []string: not forbidden
+		sp->bad_cap = 1;
+	return 1;
+}
+
 static int caps_member(struct json *j, void *ctx, const char *key, size_t n) {
-	int f = field(caps_names, &((struct level *)ctx)->seen, key, n);
-	return f == -1 ? value(j) : f >= 0 && texts(j);
+	struct level *l = ctx;
+	int f = field(caps_names, &l->seen, key, n);
+	return f == -1 ? value(j) : f >= 0 && (null(j) || array(j, cap_element, l->spec));
+}
+
+// The environment form of the allowlist: policy.EnvVar and "=".
+#define EGRESS_ENV "SFORGE_EGRESS="
+
+static int env_element(struct json *j, void *ctx) {
+	struct spec *sp = ctx;
+	const char *s;
+	size_t n, k = sizeof EGRESS_ENV - 1;
+	if (!text(j, &s, &n))
+		return 0;
+	if (!s || n < k || memcmp(s, EGRESS_ENV, k) != 0)
+		return 1;
+	s += k, n -= k;
+	if (!ascii(s, n) || (sp->env && (n != sp->env_n || memcmp(s, sp->env_v, n) != 0)))
+		sp->unsure = 1; // not ASCII, or Lookup's "set more than once"
+	sp->env = 1, sp->env_v = s, sp->env_n = n;
+	return 1;
 }
 
 static int process_member(struct json *j, void *ctx, const char *key, size_t n) {
@@ -286,7 +400,29 @@ static int process_member(struct json *j, void *ctx, const char *key, size_t n) 
 	int f = field(process_names, &l->seen, key, n);
 	if (f < 0)
 		return f == -1 && value(j);
-	return f == 0 ? texts(j) : null(j) || object(j, caps_member, &caps);
+	if (f == 0)
+		return null(j) || array(j, env_element, l->spec);
+	if (null(j))
+		return 1;
+	l->spec->caps = 1;
+	return object(j, caps_member, &caps);
+}
+
+// The annotation that carries the allowlist: policy.AnnotationKey.
+#define EGRESS_ANNOTATION "sforge.io/egress"
+
+static int annotation_member(struct json *j, void *ctx, const char *key, size_t n) {
+	struct spec *sp = ctx;
+	const char *s;
+	size_t sn;
+	if (!text(j, &s, &sn))
+		return 0;
+	if (n != sizeof EGRESS_ANNOTATION - 1 || memcmp(key, EGRESS_ANNOTATION, n) != 0)
+		return 1;
+	if (sp->ann || !s || !ascii(s, sn))
+		sp->unsure = 1; // the last one wins in Go; null is ""
+	sp->ann = 1, sp->ann_v = s, sp->ann_n = sn;
+	return 1;
 }
 
 struct ns {
@@ -336,25 +472,34 @@ static int spec_member(struct json *j, void *ctx, const char *key, size_t n) {
 	case 0:
 		return text(j, &s, &sn);
 	case 1:
-		return null(j) || object(j, text_member, NULL); // map[string]string
+		return null(j) || object(j, annotation_member, l->spec); // map[string]string
 	case 2:
-		return null(j) || object(j, process_member, &inner);
+		if (null(j))
+			return 1;
+		l->spec->process = 1;
+		return object(j, process_member, &inner);
 	case 3:
 		return null(j) || object(j, linux_member, &inner);
 	}
 	return 0;
 }
 
-int sforge_hook_front_spec(const char *buf, size_t len, int *net, char *path, size_t cap) {
+// read_spec reads config.json as ParseSpec does; 0 means "not sure".
+static int read_spec(const char *buf, size_t len, struct spec *sp) {
 	struct json j = {{buf, buf + len}, 0};
-	struct spec sp = {0};
-	struct level top = {0, &sp};
-	*net = 0;
-	path[0] = '\0';
+	struct level top = {0, sp};
+	*sp = (struct spec){0};
 	if (len > MAX_SPEC || !object(&j, spec_member, &top))
 		return 0;
 	cfront_ws(&j.r);
-	if (j.r.p != j.r.end || sp.path_n >= cap || !ascii(sp.path, sp.path_n))
+	return j.r.p == j.r.end && ascii(sp->path, sp->path_n);
+}
+
+int sforge_hook_front_spec(const char *buf, size_t len, int *net, char *path, size_t cap) {
+	struct spec sp;
+	*net = 0;
+	path[0] = '\0';
+	if (!read_spec(buf, len, &sp) || sp.path_n >= cap)
 		return 0;
 	*net = sp.net;
 	if (sp.path_n)
@@ -364,19 +509,213 @@ int sforge_hook_front_spec(const char *buf, size_t len, int *net, char *path, si
 }
 
 int sforge_hook_front_idle(const char *buf, size_t len) {
-	char bundle[4096], path[4096];
-	if (!sforge_hook_front_state(buf, len, bundle, sizeof bundle))
+	struct state st;
+	char bundle[4096];
+	if (!read_state(buf, len, &st, bundle, sizeof bundle))
 		return 0;
 	size_t n;
-	char *spec = cfront_spec(bundle, MAX_SPEC, &n);
-	int net, ok = spec && sforge_hook_front_spec(spec, n, &net, path, sizeof path);
-	free(spec);
-	if (!ok)
+	char *data = cfront_spec(bundle, MAX_SPEC, &n);
+	struct spec sp;
+	int ok = data && read_spec(data, n, &sp), net = sp.net, idle = !net || !sp.path_n;
+	char path[4096];
+	if (ok && !idle && sp.path_n < sizeof path) {
+		memcpy(path, sp.path, sp.path_n);
+		path[sp.path_n] = '\0';
+		// hook.poststop: no network namespace, none with a path, or its
+		// path gone (os.IsNotExist: ENOENT alone).
+		struct stat sb;
+		idle = stat(path, &sb) != 0 && errno == ENOENT;
+	}
+	free(data);
+	return ok && idle;
+}
+
+// log_line is hook.Logger.Printf: one line, stamped with the time as
+// time.RFC3339Nano writes it in UTC, appended in a single write; a log
+// that cannot be written is skipped.
+__attribute__((format(printf, 2, 3))) static void log_line(const char *path, const char *format, ...) {
+	char line[1024];
+	struct timespec now;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &now);
+	gmtime_r(&now.tv_sec, &tm);
+	size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (now.tv_nsec) {
+		char frac[16];
+		snprintf(frac, sizeof frac, ".%09ld", now.tv_nsec);
+		for (size_t k = strlen(frac); frac[k - 1] == '0';)
+			frac[--k] = '\0';
+		n += (size_t)snprintf(line + n, sizeof line - n, "%s", frac);
+	}
+	line[n++] = 'Z';
+	line[n++] = ' ';
+	va_list ap;
+	va_start(ap, format);
+	int k = vsnprintf(line + n, sizeof line - n - 1, format, ap);
+	va_end(ap);
+	if (k < 0 || (size_t)k >= sizeof line - n - 1)
+		return; // ids and paths are bounded well below; never a cut line
+	n += (size_t)k;
+	line[n++] = '\n';
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		// os.MkdirAll(filepath.Dir(path), 0o750), then once more.
+		char dir[4096];
+		size_t d = strlen(path);
+		if (d >= sizeof dir)
+			return;
+		memcpy(dir, path, d + 1);
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			return;
+		*slash = '\0';
+		for (char *q = dir + 1; *q; q++)
+			if (*q == '/') {
+				*q = '\0';
+				mkdir(dir, 0750);
+				*q = '/';
+			}
+		mkdir(dir, 0750);
+		if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
+			return;
+	}
+	ssize_t w = write(fd, line, n);
+	(void)w;
+	close(fd);
+}
+
+// duration writes ns as time.Duration.Round(time.Microsecond).String()
+// does: "812µs", "3.73ms", "1.2s".
+static void duration(char *out, size_t cap, long long ns) {
+	long long us = (ns + 500) / 1000;
+	const char *unit = "µs";
+	long long whole = us, frac = 0;
+	int digits = 0;
+	if (us >= 1000000)
+		whole = us / 1000000, frac = us % 1000000, digits = 6, unit = "s";
+	else if (us >= 1000)
+		whole = us / 1000, frac = us % 1000, digits = 3, unit = "ms";
+	if (us == 0) {
+		snprintf(out, cap, "0s");
+		return;
+	}
+	while (digits && frac % 10 == 0)
+		frac /= 10, digits--;
+	if (digits)
+		snprintf(out, cap, "%lld.%0*lld%s", whole, digits, frac, unit);
+	else
+		snprintf(out, cap, "%lld%s", whole, unit);
+}
+
+// kernel_ok mirrors nftables.Supported's version test: a kernel older than
+// 5.6 has no concatenated interval sets. A release it cannot read is left
+// to Go.
+static int kernel_ok(void) {
+	struct utsname u;
+	if (uname(&u) != 0)
 		return 0;
-	// hook.poststop: no network namespace, none with a path, or its path
-	// gone (os.IsNotExist: ENOENT alone).
-	struct stat st;
-	return !net || !*path || (stat(path, &st) != 0 && errno == ENOENT);
+	char *p = u.release, *end;
+	long major = strtol(p, &end, 10);
+	if (end == p || *end != '.')
+		return 0;
+	p = end + 1;
+	long minor = strtol(p, &end, 10);
+	if (end == p)
+		return 0;
+	return major > 5 || (major == 5 && minor >= 6);
+}
+
+// same_file reports whether a and b are one namespace (device and inode,
+// as sharesNetNS compares them): 1 yes, 0 no, -1 when b cannot be read
+// for a reason other than permission (sharesNetNS then fails).
+static int same_file(const struct stat *a, const char *b) {
+	struct stat sb;
+	if (stat(b, &sb) != 0)
+		return errno == EACCES || errno == EPERM ? 0 : -1;
+	return a->st_dev == sb.st_dev && a->st_ino == sb.st_ino;
+}
+
+// The magic number of nsfs, the file system of namespace files.
+#define NSFS_MAGIC_NUMBER 0x6e736673
+
+// decide is hook.install up to the engine, for what the front reads
+// without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
+// hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
+// when the rules must go in, DECIDE_GO for everything else, the Go hook's
+// refusals included, so that the user reads its message. host lists the
+// namespaces a container must not share (hook.hostNetNS).
+int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
+                             struct sforge_hook_decision *d) {
+	struct state st;
+	char bundle[4096];
+	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
+		return DECIDE_GO; // iptables: the Go engine's
+	if (!read_state(buf, len, &st, bundle, sizeof bundle) || !ascii(st.id, st.id_n) || st.id_n >= sizeof d->id)
+		return DECIDE_GO;
+	size_t n;
+	char *data = cfront_spec(bundle, MAX_SPEC, &n);
+	struct spec sp;
+	if (!data || !read_spec(data, n, &sp) || sp.unsure) {
+		free(data);
+		return DECIDE_GO;
+	}
+	if (!sp.ann && !sp.env) {
+		free(data);
+		return DECIDE_NOTHING;
+	}
+	int ok = sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &d->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &d->allow);
+	free(data); // sp's strings point into it
+	if (!ok || st.pid <= 0 || !sp.net || !sp.process || !sp.caps || sp.bad_cap)
+		return DECIDE_GO;
+	memcpy(d->id, st.id, st.id_n);
+	d->id[st.id_n] = '\0';
+	snprintf(d->netns, sizeof d->netns, "/proc/%ld/ns/net", st.pid);
+	// sharesNetNS: an error, or one of the host's namespaces.
+	struct stat nsb;
+	if (stat(d->netns, &nsb) != 0)
+		return DECIDE_GO;
+	for (; *host; host++)
+		if (same_file(&nsb, *host) != 0)
+			return DECIDE_GO;
+	if (!kernel_ok() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
+		return DECIDE_GO;
+	return DECIDE_INSTALL;
+}
+
+// install does what decide decided, as the nftables engine's Install and
+// hook.install's log line: 1 when the rules are in, 0 to leave it to the
+// Go hook (nothing of ours is left in the namespace), -1 when the
+// container must not start (the reason is on stderr and in the log).
+static int install(const struct opts *o, const char *stage, const struct sforge_hook_decision *d) {
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int fd = open(d->netns, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct statfs fs;
+	if (fstatfs(fd, &fs) != 0 || fs.f_type != NSFS_MAGIC_NUMBER) { // openNetNS
+		close(fd);
+		return 0;
+	}
+	int rules = cfront_nft_install(fd, d->table, &d->allow);
+	int err = errno;
+	close(fd);
+	if (rules < 0) {
+		// The thread is still in the container's namespace: nothing more
+		// runs here, and the container must not start.
+		const char *cause = "failed to install the egress rules: cannot return to the hook's own network namespace";
+		log_line(o->log, "refuse stage=%s container %s: %s: %s; the container was not started", stage, d->id, cause, strerror(err));
+		fprintf(stderr, "sforge-hook: container %s: %s: %s; the container was not started\n", d->id, cause, strerror(err));
+		return -1;
+	}
+	if (rules == 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	char took[32];
+	duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s front=c",
+	         d->id, stage, d->table, rules, took);
+	return 1;
 }
 
 // put_back makes what was read from stdin readable again at fd 0, from a
@@ -432,7 +771,9 @@ __attribute__((constructor)) static void sforge_hook_front(void) {
 	int argc = cfront_cmdline(cmd, sizeof cmd, argv, sizeof argv / sizeof argv[0]);
 	if (argc == 2 && strcmp(argv[1], "hold-netlink") == 0) // hook.Main's test
 		hold();
-	if (argc < 2 || !sforge_hook_front_args(argc - 1, argv + 1))
+	struct opts o;
+	enum stage stage = argc < 2 ? STAGE_OTHER : read_opts(argc - 1, argv + 1, &o);
+	if (stage == STAGE_OTHER)
 		return;
 	// The memory file first: without it, the state cannot be put back,
 	// and stdin must stay as it is for the Go hook.
@@ -445,8 +786,17 @@ __attribute__((constructor)) static void sforge_hook_front(void) {
 		// Go hook's to refuse.
 		int err;
 		size_t n = cfront_read_fd(0, buf, MAX_STATE + 1, &err);
-		if (!err && sforge_hook_front_idle(buf, n))
+		if (!err && stage == STAGE_POSTSTOP && sforge_hook_front_idle(buf, n))
 			_exit(0);
+		if (!err && stage == STAGE_INSTALL) {
+			static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
+			static struct sforge_hook_decision d;
+			int r = sforge_hook_front_decide(buf, n, o.engine, host, &d);
+			if (r == DECIDE_INSTALL)
+				r = install(&o, argv[1], &d);
+			if (r != DECIDE_GO)
+				_exit(r > 0 ? 0 : 1);
+		}
 		if (n > 0) // nothing read: the Go hook reads the same end or error
 			put_back(keep, buf, n);
 		free(buf);

@@ -4,8 +4,10 @@ package front
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -40,7 +42,10 @@ var argsCases = []struct {
 	{[]string{"poststop", "--debug"}, false},
 	{[]string{"poststop", "x"}, false},
 	{[]string{"createRuntime"}, false},
-	{[]string{"prestart"}, false},
+	{[]string{"createRuntime", "--engine=nftables", "--log", "/x"}, false},
+	{[]string{"prestart", "--engine", "iptables"}, false},
+	{[]string{"prestart", "--engine"}, false},
+	{[]string{"CreateRuntime"}, false},
 	{[]string{"hold-netlink"}, false},
 	{[]string{"Poststop"}, false},
 	{[]string{}, false},
@@ -53,6 +58,11 @@ func TestArgs(t *testing.T) {
 		if got := args(c.args); got != c.ok {
 			t.Errorf("args(%q) = %v, want %v", c.args, got, c.ok)
 		}
+		checkArgsAgree(t, c.args)
+	}
+	t.Setenv(hook.LogEnv, "/from/env.log")
+	t.Setenv(engines.EnvVar, engines.IPTablesLegacy)
+	for _, c := range argsCases {
 		checkArgsAgree(t, c.args)
 	}
 	t.Setenv(engines.EnvVar, "bogus")
@@ -69,12 +79,18 @@ func TestArgs(t *testing.T) {
 // without error.
 func checkArgsAgree(t *testing.T, a []string) {
 	t.Helper()
-	if !args(a) {
+	stage, engine, log := opts(a)
+	if (stage == "poststop") != args(a) {
+		t.Fatalf("%q: the front's stage %q, its poststop test %v", a, stage, args(a))
+	}
+	if stage == "" {
 		return
 	}
 	o, err := hook.ParseArgs(a, os.Getenv)
-	if err != nil || o.Stage != hook.StagePoststop {
-		t.Fatalf("the front takes %q, the Go hook reads stage %q, error %v", a, o.Stage, err)
+	want := map[string]string{hook.StagePoststop: "poststop", hook.StageCreateRuntime: "install", hook.StagePrestart: "install"}[o.Stage]
+	if err != nil || stage != want || engine != o.Engine || log != o.LogPath {
+		t.Fatalf("the front reads %q as %s, engine %q, log %q; the Go hook as stage %q, engine %q, log %q, error %v",
+			a, stage, engine, log, o.Stage, o.Engine, o.LogPath, err)
 	}
 }
 
@@ -328,4 +344,178 @@ func TestIdle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordingEngine records what the Go hook asks its engine to install.
+type recordingEngine struct {
+	t      *testing.T
+	target *engine.Target
+	allow  policy.Allowlist
+}
+
+func (r *recordingEngine) Name() string { return "recording" }
+func (r *recordingEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report, error) {
+	r.target, r.allow = &t, a
+	return engine.Report{Engine: "recording"}, nil
+}
+func (r *recordingEngine) Remove(engine.Target) error {
+	r.t.Fatal("a createRuntime removed rules")
+	return nil
+}
+func (r *recordingEngine) Check(engine.Target, policy.Allowlist) error { return nil }
+
+// decideCases are config.json files for a createRuntime; want is the
+// front's decision for the engine "auto".
+var decideCases = []struct {
+	name, spec string
+	want       int
+}{
+	{"annotation", `{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443;dns:10.0.0.2"},` + decideProcess + `,` + decideLinux + `}`, decideInstall},
+	{"env", `{"process":{"env":["PATH=/bin","SFORGE_EGRESS=v1;udp:10.0.0.0/8:53;else:drop"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"env twice, same", `{"process":{"env":["SFORGE_EGRESS=v1;tcp:1.2.3.4:1","SFORGE_EGRESS=v1;tcp:1.2.3.4:1"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"annotation wins over env", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["SFORGE_EGRESS=bad","SFORGE_EGRESS=worse"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
+	{"annotation and env", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["SFORGE_EGRESS=v1;tcp:1.2.3.4:1"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"empty allowlist", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `,` + decideLinux + `}`, decideInstall},
+	{"namespace with a path", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `,"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"}]}}`, decideInstall},
+	{"not isolated", `{` + decideProcess + `,` + decideLinux + `}`, decideNothing},
+	{"not isolated, no process", `{}`, decideNothing},
+	{"other annotations", `{"annotations":{"sforge.io/egres":"v1","Sforge.io/egress":"v1"},` + decideProcess + `}`, decideNothing},
+	{"env prefix only", `{"process":{"env":["SFORGE_EGRESS","SFORGE_EGRESSX=v1"]}}`, decideNothing},
+	{"env twice, different", `{"process":{"env":["SFORGE_EGRESS=v1","SFORGE_EGRESS=v1;else:drop"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
+	{"annotation twice", `{"annotations":{"sforge.io/egress":"v1","sforge.io/egress":"v1"},` + decideProcess + `,` + decideLinux + `}`, decideGo},
+	{"annotation null", `{"annotations":{"sforge.io/egress":null},` + decideProcess + `,` + decideLinux + `}`, decideGo},
+	{"annotation escaped", `{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:\u0034"},` + decideProcess + `,` + decideLinux + `}`, decideGo},
+	{"invalid allowlist", `{"annotations":{"sforge.io/egress":"v2"},` + decideProcess + `,` + decideLinux + `}`, decideGo},
+	{"no network namespace", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `,"linux":{"namespaces":[{"type":"pid"}]}}`, decideGo},
+	{"no linux", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `}`, decideGo},
+	{"no process", `{"annotations":{"sforge.io/egress":"v1"},` + decideLinux + `}`, decideGo},
+	{"no capabilities", `{"annotations":{"sforge.io/egress":"v1"},"process":{},` + decideLinux + `}`, decideGo},
+	{"capabilities null", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":null},` + decideLinux + `}`, decideGo},
+	{"empty capabilities", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{}},` + decideLinux + `}`, decideInstall},
+	{"NET_ADMIN", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"ambient":["CAP_NET_ADMIN"]}},` + decideLinux + `}`, decideGo},
+	{"net_raw", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":[" net_raw "]}},` + decideLinux + `}`, decideGo},
+	{"cap_sys_admin", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"permitted":["cap_sys_admin"]}},` + decideLinux + `}`, decideGo},
+	{"dotless i", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_NET_ADMİN","cap_net_admın"]}},` + decideLinux + `}`, decideGo},
+	{"capability not forbidden", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_CAP_NET_ADMIN","NET_ADMINX","CAP_NET_BIND_SERVICE",null]}},` + decideLinux + `}`, decideInstall},
+	{"malformed", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `,` + decideLinux, decideGo},
+}
+
+const (
+	decideCaps    = `"capabilities":{"bounding":["CAP_CHOWN","CAP_KILL"],"effective":["CAP_CHOWN"]}`
+	decideProcess = `"process":{"env":["PATH=/bin"],` + decideCaps + `}`
+	decideLinux   = `"linux":{"namespaces":[{"type":"pid"},{"type":"network"}]}`
+)
+
+func TestDecide(t *testing.T) {
+	for _, c := range decideCases {
+		t.Run(c.name, func(t *testing.T) {
+			d := checkDecideAgrees(t, []byte(c.spec), engines.Auto)
+			if d.kind != c.want {
+				t.Fatalf("decision %d, want %d", d.kind, c.want)
+			}
+		})
+	}
+	for _, e := range []string{engines.IPTables, engines.IPTablesNFT, engines.IPTablesLegacy} {
+		if d := checkDecideAgrees(t, []byte(decideCases[0].spec), e); d.kind != decideGo {
+			t.Errorf("engine %s: decision %d, want the Go hook's", e, d.kind)
+		}
+	}
+	if d := checkDecideAgrees(t, []byte(decideCases[0].spec), engines.NFTables); d.kind != decideInstall {
+		t.Errorf("engine nftables: decision %d, want an install", d.kind)
+	}
+}
+
+// TestDecideSharedNamespace: a container in one of the host's namespaces
+// is the Go hook's to refuse.
+func TestDecideSharedNamespace(t *testing.T) {
+	st := decideState(t, []byte(decideCases[0].spec), "c1")
+	if d := decide(st, engines.Auto, []string{"/proc/self/ns/net"}); d.kind != decideGo {
+		t.Fatalf("decision %d for a container in the hook's own namespace, want the Go hook's", d.kind)
+	}
+	if d := decide(st, engines.Auto, []string{"/proc/1/ns/net", "/nonexistent"}); d.kind != decideGo {
+		t.Fatalf("decision %d with an unreadable host namespace, want the Go hook's (sharesNetNS fails)", d.kind)
+	}
+}
+
+// TestDecideEngineSpecs: the config.json files Docker and podman wrote on
+// this kind of machine, with an allowlist and without CAP_NET_RAW (both
+// grant it by default; `sforge run` drops it), are ones the front installs.
+func TestDecideEngineSpecs(t *testing.T) {
+	for _, name := range []string{"docker-20.10-config.json", "podman-4.3-config.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "bench", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.Replace(b, []byte(`"env": [`), []byte(`"env": ["SFORGE_EGRESS=v1;tcp:10.1.2.3:443",`), 1)
+		if d := checkDecideAgrees(t, b, engines.Auto); d.kind != decideGo {
+			t.Errorf("%s with CAP_NET_RAW: decision %d, want the Go hook's refusal", name, d.kind)
+		}
+		b = regexp.MustCompile(`"CAP_NET_RAW",\s*`).ReplaceAll(b, nil)
+		if d := checkDecideAgrees(t, b, engines.Auto); d.kind != decideInstall {
+			t.Errorf("%s: decision %d, want an install", name, d.kind)
+		}
+	}
+}
+
+// decideState writes spec as a bundle's config.json and returns a state
+// naming it, with this process's pid.
+func decideState(t *testing.T, spec []byte, id string) []byte {
+	bundle := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":%d,"bundle":%q}`, id, os.Getpid(), bundle))
+}
+
+// checkDecideAgrees runs the front's decision and the Go hook's
+// createRuntime on the same state and config.json: where the front
+// decides, the Go hook accepts the container and installs the same
+// allowlist in the same namespace (or touches and logs nothing).
+func checkDecideAgrees(t *testing.T, spec []byte, engineName string) decision {
+	t.Helper()
+	const id = "0123456789abcdef"
+	st := decideState(t, spec, id)
+	d := decide(st, engineName, nil)
+	if d.kind == decideGo {
+		return d
+	}
+	rec := &recordingEngine{t: t}
+	log := filepath.Join(t.TempDir(), "hook.log")
+	h := &hook.Hook{Engine: rec, Log: &hook.Logger{Path: log}, HostNetNS: []string{}}
+	if err := h.Run(hook.StageCreateRuntime, bytes.NewReader(st)); err != nil {
+		t.Fatalf("the front decides %d for %q, the Go hook refuses: %v", d.kind, spec, err)
+	}
+	switch d.kind {
+	case decideNothing:
+		if rec.target != nil {
+			t.Fatalf("the front sees no allowlist in %q, the Go hook installs %+v", spec, rec.allow)
+		}
+		if b, err := os.ReadFile(log); !os.IsNotExist(err) {
+			t.Fatalf("the front sees no allowlist in %q, the Go hook logged %q (%v)", spec, b, err)
+		}
+	case decideInstall:
+		if rec.target == nil {
+			t.Fatalf("the front installs for %q, the Go hook does not", spec)
+		}
+		want := engine.Target{NetNS: fmt.Sprintf("/proc/%d/ns/net", os.Getpid()), ID: id}
+		if *rec.target != want || d.netns != want.NetNS || d.id != id {
+			t.Fatalf("the front installs in %s for %s, the Go hook in %+v", d.netns, d.id, *rec.target)
+		}
+		if !d.allow.Equal(rec.allow) {
+			t.Fatalf("%q: the front installs %+v, the Go hook %+v", spec, d.allow, rec.allow)
+		}
+		if table, err := policy.ChainName(id); err != nil || d.table != table {
+			t.Fatalf("the front names the table %q, the Go engine %q (%v)", d.table, table, err)
+		}
+	default:
+		t.Fatalf("unknown decision %d", d.kind)
+	}
+	return d
+}
+
+func FuzzDecide(f *testing.F) {
+	for _, c := range decideCases {
+		f.Add([]byte(c.spec))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkDecideAgrees(t, b, engines.Auto) })
 }

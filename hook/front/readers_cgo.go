@@ -6,7 +6,13 @@ package front
 // #include "front.h"
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"github.com/sforge-dev/netiso/policy"
+)
 
 // The C readers, callable from front_test.go (test files cannot use cgo).
 // Unused in sforge-hook: the linker drops them.
@@ -27,6 +33,26 @@ func args(a []string) bool {
 		}
 	}()
 	return C.sforge_hook_front_args(C.int(len(a)), &cargs[0]) != 0
+}
+
+// opts runs the front's reading of the arguments (after the program name):
+// the stage it takes ("" for none), the engine and the log.
+func opts(a []string) (stage, engine, log string) {
+	cargs := make([]*C.char, len(a)+1)
+	for i, s := range a {
+		cargs[i] = C.CString(s)
+		defer C.free(unsafe.Pointer(cargs[i]))
+	}
+	var e, l *C.char
+	switch C.sforge_hook_front_opts(C.int(len(a)), &cargs[0], &e, &l) {
+	case 1:
+		stage = "install"
+	case 2:
+		stage = "poststop"
+	default:
+		return "", "", ""
+	}
+	return stage, C.GoString(e), C.GoString(l)
 }
 
 // cBytes copies b into C memory (one byte more, so that an empty b is not
@@ -67,4 +93,74 @@ func idle(b []byte) bool {
 	buf, free := cBytes(b)
 	defer free()
 	return C.sforge_hook_front_idle(buf, C.size_t(len(b))) != 0
+}
+
+// decision is what the front decided for a createRuntime.
+type decision struct {
+	kind  int // decideGo, decideNothing, decideInstall
+	id    string
+	netns string
+	table string
+	allow policy.Allowlist
+}
+
+const (
+	decideGo      = C.DECIDE_GO
+	decideNothing = C.DECIDE_NOTHING
+	decideInstall = C.DECIDE_INSTALL
+)
+
+// decide runs the front's createRuntime decision on a state, with engine
+// and the namespaces a container must not share (host).
+func decide(b []byte, engine string, host []string) decision {
+	buf, free := cBytes(b)
+	defer free()
+	ceng := C.CString(engine)
+	defer C.free(unsafe.Pointer(ceng))
+	chost := make([]*C.char, len(host)+1)
+	for i, h := range host {
+		chost[i] = C.CString(h)
+		defer C.free(unsafe.Pointer(chost[i]))
+	}
+	d := (*C.struct_sforge_hook_decision)(C.calloc(1, C.sizeof_struct_sforge_hook_decision))
+	defer C.free(unsafe.Pointer(d))
+	kind := int(C.sforge_hook_front_decide(buf, C.size_t(len(b)), ceng, &chost[0], d))
+	if kind != decideInstall {
+		return decision{kind: kind}
+	}
+	return decision{
+		kind:  kind,
+		id:    C.GoString(&d.id[0]),
+		netns: C.GoString(&d.netns[0]),
+		table: C.GoString(&d.table[0]),
+		allow: goAllowlist(&d.allow),
+	}
+}
+
+// goAllowlist converts the C allowlist. An endpoint NewEndpoint refuses
+// becomes one with an invalid prefix, so that a comparison fails.
+func goAllowlist(c *C.struct_cfront_allowlist) policy.Allowlist {
+	var a policy.Allowlist
+	for _, e := range c.endpoints[:c.n_endpoints] {
+		addr := netip.AddrFrom4([4]byte{byte(e.addr[0]), byte(e.addr[1]), byte(e.addr[2]), byte(e.addr[3])})
+		proto := policy.TCP
+		if e.proto == 17 {
+			proto = policy.UDP
+		} else if e.proto != 6 {
+			proto = policy.Protocol(fmt.Sprint("proto-", e.proto))
+		}
+		ep, err := policy.NewEndpoint(netip.PrefixFrom(addr, int(e.bits)), proto, uint16(e.port))
+		if err != nil {
+			ep = policy.Endpoint{Proto: proto, Port: uint16(e.port)}
+		}
+		a.Endpoints = append(a.Endpoints, ep)
+	}
+	for _, d := range c.dns[:c.n_dns] {
+		a.DNS = append(a.DNS, netip.AddrFrom4([4]byte{byte(d[0]), byte(d[1]), byte(d[2]), byte(d[3])}))
+	}
+	a.Action = policy.Reject
+	if c.drop != 0 {
+		a.Action = policy.Drop
+	}
+	return a
 }
