@@ -33,6 +33,21 @@ func requireIPTables(t *testing.T) {
 	}
 }
 
+// sleepIn starts a process in the namespace n, as a container's init
+// would be when its hooks run, and stops it when the test ends.
+func sleepIn(t *testing.T, n ns.NetNS) *exec.Cmd {
+	t.Helper()
+	var sleeper *exec.Cmd
+	if err := n.Do(func(ns.NetNS) error {
+		sleeper = exec.Command("sleep", "600")
+		return sleeper.Start()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	return sleeper
+}
+
 func mustDecode(t testing.TB, value string) policy.Allowlist {
 	t.Helper()
 	a, err := policy.Decode(value)

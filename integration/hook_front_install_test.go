@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sforge-dev/netiso/engine"
@@ -33,14 +32,7 @@ func TestHookFrontInstall(t *testing.T) {
 	}
 	hookBin := testbundle.Build(t).Hook
 	n := testenv.NewNetNS(t)
-	var sleeper *exec.Cmd
-	if err := n.Do(func(ns.NetNS) error {
-		sleeper = exec.Command("sleep", "600")
-		return sleeper.Start()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	sleeper := sleepIn(t, n)
 	const value = "v1;tcp:198.51.100.10:8080;udp:198.51.100.0/24:4000;tcp:198.51.100.7:8080;dns:198.51.100.53;else:drop"
 	allow := mustDecode(t, value)
 	bundle := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: value}})

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -444,14 +443,7 @@ func TestHookBinarySilent(t *testing.T) {
 	requireIPTables(t)
 	hookBin := testbundle.Build(t).Hook
 	n := testenv.NewNetNS(t)
-	var sleeper *exec.Cmd
-	if err := n.Do(func(ns.NetNS) error {
-		sleeper = exec.Command("sleep", "600")
-		return sleeper.Start()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	sleeper := sleepIn(t, n)
 	bundle := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
 	for _, e := range hookEngines {
 		id := "silent-" + e

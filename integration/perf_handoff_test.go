@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
@@ -75,14 +74,7 @@ func TestHookPoststopHandsOff(t *testing.T) {
 	testenv.RequireRoot(t)
 	hookBin := testbundle.Build(t).Hook
 	n := testenv.NewNetNS(t)
-	var sleeper *exec.Cmd
-	if err := n.Do(func(ns.NetNS) error {
-		sleeper = exec.Command("sleep", "600")
-		return sleeper.Start()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	sleeper := sleepIn(t, n)
 	b := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
 	for i := range 3 {
 		id := fmt.Sprintf("handoff-%d", i)
