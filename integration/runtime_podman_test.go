@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -55,8 +56,14 @@ func TestRuntimePodman(t *testing.T) {
 		if capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("NET_RAW held:\n%s", out)
 		}
-		if b, err := os.ReadFile(hookLog); err != nil || !strings.Contains(string(b), "install container=") {
+		b, err := os.ReadFile(hookLog)
+		if err != nil || !strings.Contains(string(b), "install container=") {
 			t.Errorf("no install line in the --hook-log file %s (%v):\n%s", hookLog, err, b)
+		}
+		// The hook's C front installed the rules the probe just tested
+		// (hook/front): podman's hooks.d path starts no Go process.
+		if front.Built && !strings.Contains(string(b), " front=c\n") {
+			t.Errorf("the install was not the hook front's (no front=c):\n%s", b)
 		}
 	})
 	t.Run("without annotation", func(t *testing.T) {
