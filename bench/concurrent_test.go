@@ -34,7 +34,13 @@ import (
 
 const concurrentContainers = 32
 
-const dockerScenario = "dockerd 20.10, --runtime sforge"
+// hookCPURe reads the CPU time the hook's C front logs with an install.
+var hookCPURe = regexp.MustCompile(` cpu=(\S+) `)
+
+const (
+	dockerScenario = "dockerd 20.10, --runtime sforge"
+	hooksScenario  = "runc + sforge-hook (hooks.d)"
+)
 
 // burst starts n functions at once (after all are ready) and returns their
 // durations and errors.
@@ -60,6 +66,56 @@ func burst(n int, f func(i int) error) ([]time.Duration, []error) {
 	return ds, errs
 }
 
+// runcBursts creates the bundles' containers through rt all at once, then
+// starts, waits for and deletes them all at once (the poststop hooks of a
+// shared namespace run concurrently), bursts times. It counts starts and
+// failures in res and returns the ids of the containers created.
+func runcBursts(b *testing.B, rt *lifecycle.Runtime, bundles []*lifecycle.Bundle, prefix string, bursts int, res *concurrentResult) []string {
+	var ids []string
+	for round := range bursts {
+		for _, bd := range bundles {
+			if err := bd.Reset(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		id := func(i int) string { return fmt.Sprintf("%s-%d-%d", prefix, round, i) }
+		pid := func(i int) string { return filepath.Join(bundles[i].Dir, id(i)+".pid") }
+		ds, errs := burst(len(bundles), func(i int) error { return rt.Create(bundles[i], id(i), pid(i)) })
+		for i, err := range errs {
+			res.started++
+			if err != nil {
+				res.failures++
+				b.Errorf("%s: %v", id(i), err)
+				continue
+			}
+			res.start = append(res.start, ds[i])
+			ids = append(ids, id(i))
+		}
+		_, errs = burst(len(bundles), func(i int) error {
+			if errs[i] != nil {
+				return nil
+			}
+			p, err := lifecycle.ReadPID(pid(i))
+			if err != nil {
+				return err
+			}
+			if err := rt.Start(id(i)); err != nil {
+				return err
+			}
+			if err := lifecycle.WaitExit(p); err != nil {
+				return err
+			}
+			return rt.Delete(id(i))
+		})
+		for i, err := range errs {
+			if err != nil {
+				b.Errorf("%s: %v", id(i), err)
+			}
+		}
+	}
+	return ids
+}
+
 // concurrentResult is one scenario's summary.
 type concurrentResult struct {
 	name              string
@@ -72,6 +128,7 @@ type concurrentResult struct {
 	// moved to another thread.
 	waited, preempted, moved int
 	leftover                 string
+	note                     string // for a scenario without switch counts (the hook)
 }
 
 func (r concurrentResult) String() string {
@@ -86,8 +143,13 @@ func (r concurrentResult) String() string {
 	q := func(s timing.Samples) string {
 		return fmt.Sprintf("%s %s %s %s %s", timing.Ms(s.Median()), timing.Ms(s.Quantile(0.75)), timing.Ms(s.Quantile(0.9)), timing.Ms(s.Quantile(0.99)), timing.Ms(s.Quantile(1)))
 	}
-	return fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
-		r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio, "", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
+	head := fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n", r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio)
+	if r.note != "" { // the hook: no context switches logged
+		return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx)\n%43s %s; tables left: %s",
+			"", q(r.cpu), cpuRatio, "", r.note, orNone(r.leftover))
+	}
+	return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
+		"", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
 }
 
 func orNone(s string) string {
@@ -210,50 +272,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 			bundles[i] = bd
 		}
 		res := concurrentResult{name: name}
-		var ids []string
-		for round := range bursts {
-			for _, bd := range bundles {
-				if err := bd.Reset(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			id := func(i int) string { return fmt.Sprintf("cc-%v-%d-%d", shared, round, i) }
-			pid := func(i int) string { return filepath.Join(bundles[i].Dir, id(i)+".pid") }
-			ds, errs := burst(concurrentContainers, func(i int) error { return rt.Create(bundles[i], id(i), pid(i)) })
-			for i, err := range errs {
-				res.started++
-				if err != nil {
-					res.failures++
-					b.Errorf("%s: %v", id(i), err)
-					continue
-				}
-				res.start = append(res.start, ds[i])
-				ids = append(ids, id(i))
-			}
-			// Start, wait and delete them all at once as well: the
-			// poststop hooks of the shared namespace run concurrently.
-			_, errs = burst(concurrentContainers, func(i int) error {
-				if errs[i] != nil {
-					return nil
-				}
-				p, err := lifecycle.ReadPID(pid(i))
-				if err != nil {
-					return err
-				}
-				if err := rt.Start(id(i)); err != nil {
-					return err
-				}
-				if err := lifecycle.WaitExit(p); err != nil {
-					return err
-				}
-				return rt.Delete(id(i))
-			})
-			for i, err := range errs {
-				if err != nil {
-					b.Errorf("%s: %v", id(i), err)
-				}
-			}
-		}
+		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%v", shared), bursts, &res)
 		res.isolation, res.cpu = shimInstallTimes(b, log, ids)
 		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 		if shared {
@@ -266,13 +285,16 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		}
 		results = append(results, res)
 	}
+	if keep(hooksScenario) {
+		results = append(results, concurrentHooks(b, dir, hookBin, runc, busybox, bursts))
+	}
 	if keep(dockerScenario) {
 		results = append(results, concurrentDocker(b, dir, shimBin, hookBin, runc, busybox, allow, max(1, bursts/2)))
 	}
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d isolated containers started at once (nftables, 4 entries), %d bursts (%d for dockerd); load average %s\n", concurrentContainers, bursts, max(1, bursts/2), loadAvg())
-	fmt.Fprintf(&out, "start = runtime create (runc) or docker run -d (dockerd), wall time; isolation = the install the shim logs; ms p50 / p99\n")
+	fmt.Fprintf(&out, "start = runtime create (runc) or docker run -d (dockerd), wall time; isolation = the install the shim or hook logs; ms p50 / p99\n")
 	fmt.Fprintf(&out, "%-34s %4s %4s  quantiles p50 p75 p90 p99 max (ms)\n", "scenario", "n", "fail")
 	for _, r := range results {
 		fmt.Fprintln(&out, r.String())
@@ -374,3 +396,67 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 }
 
 func nsFromPath(path string) (ns.NetNS, error) { return ns.GetNS(path) }
+
+// concurrentHooks starts the containers through runc with sforge-hook as
+// their createRuntime and poststop hooks, as the hooks.d files register it
+// for podman and CRI-O (podman's spec, a private namespace each). The
+// isolation time is the install the hook logs (its C front's, or the Go
+// hook's where the front left it to Go: counted).
+func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts int) concurrentResult {
+	b.Helper()
+	log := filepath.Join(dir, "hook-hooksd.log")
+	timeout := 10
+	hooks := map[string][]lifecycle.Hook{}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		hooks[stage] = []lifecycle.Hook{{Path: hookBin, Args: []string{"sforge-hook", stage, "--log", log},
+			Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}} // as the hooks.d files give it
+	}
+	bundles := make([]*lifecycle.Bundle, concurrentContainers)
+	for i := range bundles {
+		bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("h-%d", i)), lifecycle.Options{
+			Template: "testdata/podman-4.3-config.json", DropCaps: []string{"CAP_NET_RAW"}, Busybox: busybox,
+			Annotations: map[string]string{policy.AnnotationKey: hookAnnotation(b, 4)}, Hooks: hooks})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bundles[i] = bd
+	}
+	rt := &lifecycle.Runtime{Binary: runc, Root: filepath.Join(dir, "root-hooksd"), Env: cleanEnv()}
+	res := concurrentResult{name: hooksScenario}
+	ids := runcBursts(b, rt, bundles, "ch", bursts, &res)
+	data, err := os.ReadFile(log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, cpu, front := map[string]time.Duration{}, map[string]time.Duration{}, map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		m := hookInstallRe.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			b.Fatalf("%q: %v", line, err)
+		}
+		got[m[1]], front[m[1]] = d, strings.HasSuffix(line, " front=c")
+		if c := hookCPURe.FindStringSubmatch(line); c != nil {
+			if cpu[m[1]], err = time.ParseDuration(c[1]); err != nil {
+				b.Fatalf("%q: %v", line, err)
+			}
+		}
+	}
+	byFront := 0
+	for _, id := range ids {
+		d, ok := got[id]
+		if !ok {
+			b.Fatalf("container %s: no install logged in %s", id, log)
+		}
+		res.isolation = append(res.isolation, d)
+		if front[id] {
+			byFront++
+			res.cpu = append(res.cpu, cpu[id])
+		}
+	}
+	res.note = fmt.Sprintf("installed by the hook's C front: %d of %d (CPU: the front's)", byFront, len(ids))
+	return res
+}
