@@ -86,18 +86,25 @@ func NFTVerify(nsPath, table string, a policy.Allowlist) (bool, error) {
 	}
 	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
 		r, err := C.cfronttest_nft_verify(fd, t, ca)
-		switch r {
-		case -2:
-			return -1, err // stuck in the namespace
-		case -1:
-			return -3, nil // no plan, no socket or no answer: not stuck
-		}
-		return r, nil
+		return stuckOr(r, err)
 	})
 	if err == nil && n < 0 {
 		err = errors.New("the C could not plan, open a socket or read the table")
 	}
 	return n == 1, err
+}
+
+// stuckOr maps the test helpers' results for inC: -2 (the thread is stuck
+// in the namespace) to -1 with its errno, -1 (no plan, no socket or no
+// answer: not stuck) to -3.
+func stuckOr(r C.int, err error) (C.int, error) {
+	switch r {
+	case -2:
+		return -1, err
+	case -1:
+		return -3, nil
+	}
+	return r, nil
 }
 
 // NFTDelete runs only the C's deleteTable batch (NEWTABLE and DELTABLE)
@@ -106,13 +113,7 @@ func NFTVerify(nsPath, table string, a policy.Allowlist) (bool, error) {
 func NFTDelete(nsPath, table string) error {
 	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
 		r, err := C.cfronttest_nft_delete(fd, t)
-		switch r {
-		case -2:
-			return -1, err // stuck in the namespace
-		case -1:
-			return -3, nil // no plan, no socket or no answer: not stuck
-		}
-		return r, nil
+		return stuckOr(r, err)
 	})
 	if err == nil && n != 1 {
 		err = fmt.Errorf("the C's delete batch failed (%d)", n)
