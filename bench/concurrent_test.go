@@ -405,12 +405,7 @@ func nsFromPath(path string) (ns.NetNS, error) { return ns.GetNS(path) }
 func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts int) concurrentResult {
 	b.Helper()
 	log := filepath.Join(dir, "hook-hooksd.log")
-	timeout := 10
-	hooks := map[string][]lifecycle.Hook{}
-	for _, stage := range []string{"createRuntime", "poststop"} {
-		hooks[stage] = []lifecycle.Hook{{Path: hookBin, Args: []string{"sforge-hook", stage, "--log", log},
-			Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}} // as the hooks.d files give it
-	}
+	hooks := hooksdEntries(hookBin, log)
 	bundles := make([]*lifecycle.Bundle, concurrentContainers)
 	for i := range bundles {
 		bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("h-%d", i)), lifecycle.Options{

@@ -97,6 +97,18 @@ func (c *lcContender) isolationTimes(tb testing.TB) {
 	}
 }
 
+// hooksdEntries are sforge-hook's createRuntime and poststop hooks as the
+// hooks.d files register them (its log in log, then args).
+func hooksdEntries(bin, log string, args ...string) map[string][]lifecycle.Hook {
+	timeout := 10
+	h := map[string][]lifecycle.Hook{}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		h[stage] = []lifecycle.Hook{{Path: bin, Args: append([]string{"sforge-hook", stage, "--log", log}, args...),
+			Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}}
+	}
+	return h
+}
+
 func BenchmarkLifecycle(b *testing.B) {
 	hookRequire(b)
 	if err := lifecycle.SetSubreaper(); err != nil {
@@ -152,15 +164,6 @@ func BenchmarkLifecycle(b *testing.B) {
 			Env: append(slices.Clip(env), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog)}, log
 	}
 	shimRT := func(engineName string) (*lifecycle.Runtime, string) { return shimRTBin(shimBin, engineName) }
-	hooks := func(bin, engineName, log string) map[string][]lifecycle.Hook {
-		timeout := 10
-		h := map[string][]lifecycle.Hook{}
-		for _, stage := range []string{"createRuntime", "poststop"} {
-			h[stage] = []lifecycle.Hook{{Path: bin, Args: []string{"sforge-hook", stage, "--log", log, "--engine", engineName},
-				Env: []string{sforgeshim.HookProcsEnv}, Timeout: &timeout}} // as the hooks.d files give it
-		}
-		return h
-	}
 	docker, podman := "testdata/docker-20.10-config.json", "testdata/podman-4.3-config.json"
 
 	var cs []*lcContender
@@ -180,7 +183,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		log := filepath.Join(dir, fmt.Sprintf("hook-%d.log", n))
 		add(&lcContender{group: group, name: fmt.Sprintf("runc + %s, %s, %d", label, engineName, size), base: base, rt: plainRT,
 			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: []string{"CAP_NET_RAW"},
-				Annotations: map[string]string{policy.AnnotationKey: hookAnnotation(b, size)}, Hooks: hooks(bin, engineName, log)}),
+				Annotations: map[string]string{policy.AnnotationKey: hookAnnotation(b, size)}, Hooks: hooksdEntries(bin, log, "--engine", engineName)}),
 			isoLog: log, isoKind: "hook", isolated: true})
 	}
 	hook := func(group, template, netns string, base *lcContender, engineName string, size int) {

@@ -1,7 +1,8 @@
 // Command sforge-hook is the OCI hook that confines a container's egress to
 // its allowlist: `sforge-hook createRuntime|prestart|poststop`, the OCI
-// state on stdin. See package hook; a poststop with nothing to do ends in a
-// C front before the Go runtime starts (package hook/front).
+// state on stdin. See package hook; a C front (package hook/front) runs
+// before the Go runtime starts and installs the rules of a createRuntime,
+// or ends a poststop with nothing to do, when it is sure of the case.
 package main
 
 import (

@@ -14,5 +14,5 @@ func TestOnlySforgeHookLinksTheFront(t *testing.T) {
 // Without cgo the package is empty: the hook works, without its fast path,
 // and the C readers go untested. CI must build it.
 func TestBuiltWithCgo(t *testing.T) {
-	testenv.Require(t, Built, "built without cgo (CGO_ENABLED=0 or no C compiler): the poststop front is not compiled in")
+	testenv.Require(t, Built, "built without cgo (CGO_ENABLED=0 or no C compiler): the hook front is not compiled in")
 }

@@ -25,7 +25,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -635,9 +634,6 @@ static int same_file(const struct stat *a, const char *b) {
 	return a->st_dev == sb.st_dev && a->st_ino == sb.st_ino;
 }
 
-// The magic number of nsfs, the file system of namespace files.
-#define NSFS_MAGIC_NUMBER 0x6e736673
-
 // decide is hook.install up to the engine, for what the front reads
 // without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
 // hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
@@ -690,14 +686,9 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 	struct timespec t0, t1, c0, c1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-	int fd = open(d->netns, O_RDONLY | O_CLOEXEC);
+	int fd = open(d->netns, O_RDONLY | O_CLOEXEC); // nft.h checks it is a namespace
 	if (fd < 0)
 		return 0;
-	struct statfs fs;
-	if (fstatfs(fd, &fs) != 0 || fs.f_type != NSFS_MAGIC_NUMBER) { // openNetNS
-		close(fd);
-		return 0;
-	}
 	int rules = cfront_nft_install(fd, d->table, &d->allow);
 	int err = errno;
 	close(fd);
@@ -705,8 +696,9 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 		// The thread is still in the container's namespace: nothing more
 		// runs here, and the container must not start.
 		const char *cause = "failed to install the egress rules: cannot return to the hook's own network namespace";
-		log_line(o->log, "refuse stage=%s container %s: %s: %s; the container was not started", stage, d->id, cause, strerror(err));
-		fprintf(stderr, "sforge-hook: container %s: %s: %s; the container was not started\n", d->id, cause, strerror(err));
+		const char *fix = "the container was not started; start it again, with SFORGE_HOOK_NO_FRONT=1 in the hook's environment if it recurs";
+		log_line(o->log, "refuse stage=%s container %s: %s: %s; %s", stage, d->id, cause, strerror(err), fix);
+		fprintf(stderr, "sforge-hook: container %s: %s: %s; %s\n", d->id, cause, strerror(err), fix);
 		return -1;
 	}
 	if (rules == 0)

@@ -8,38 +8,37 @@ package cfronttest
 //
 // // Go strings may hold NULs: the C gets them with their length, copied
 // // into C memory of exactly that length (an empty string: one byte, so
-// // that it is not a nil pointer), where -asan sees any read past it.
-// static int cfronttest_decode(_GoString_ s, struct cfront_allowlist *a) {
-// 	size_t n = _GoStringLen(s);
-// 	char *p = malloc(n ? n : 1);
+// // that it is not a nil pointer), where -asan sees any read past it. The
+// // caller frees the copy.
+// static char *cfronttest_copy(_GoString_ s, size_t *n) {
+// 	*n = _GoStringLen(s);
+// 	char *p = malloc(*n ? *n : 1);
 // 	if (!p)
 // 		abort();
-// 	for (size_t i = 0; i < n; i++)
+// 	for (size_t i = 0; i < *n; i++)
 // 		p[i] = _GoStringPtr(s)[i];
+// 	return p;
+// }
+//
+// static int cfronttest_decode(_GoString_ s, struct cfront_allowlist *a) {
+// 	size_t n;
+// 	char *p = cfronttest_copy(s, &n);
 // 	int ok = cfront_allow_decode(p, n, a);
 // 	free(p);
 // 	return ok;
 // }
 //
 // static size_t cfronttest_chain_name(_GoString_ s, char *out, size_t cap) {
-// 	size_t n = _GoStringLen(s);
-// 	char *p = malloc(n ? n : 1);
-// 	if (!p)
-// 		abort();
-// 	for (size_t i = 0; i < n; i++)
-// 		p[i] = _GoStringPtr(s)[i];
+// 	size_t n;
+// 	char *p = cfronttest_copy(s, &n);
 // 	size_t k = cfront_chain_name(p, n, out, cap);
 // 	free(p);
 // 	return k;
 // }
 //
 // static void cfronttest_sha256(_GoString_ s, uint8_t sum[32]) {
-// 	size_t n = _GoStringLen(s);
-// 	char *p = malloc(n ? n : 1);
-// 	if (!p)
-// 		abort();
-// 	for (size_t i = 0; i < n; i++)
-// 		p[i] = _GoStringPtr(s)[i];
+// 	size_t n;
+// 	char *p = cfronttest_copy(s, &n);
 // 	cfront_sha256(p, n, sum);
 // 	free(p);
 // }
@@ -50,13 +49,8 @@ import (
 	"strconv"
 	"unsafe"
 
-	// The C under test. Importing its package does NOT by itself rebuild
-	// this one when allow.h changes: the go command hashes a package's
-	// own .h files, but a dependency counts by its compiled output, which
-	// the headers do not change (checked with go1.26.8: a broken allow.h
-	// still passed). Until package cfront embeds its headers (//go:embed
-	// *.h, which puts them in that output), test a changed allow.h with
-	// go test -a or a fresh GOCACHE.
+	// The C under test: its package embeds the headers, so a change to
+	// allow.h rebuilds this one.
 	_ "github.com/sforge-dev/netiso/internal/cfront"
 	"github.com/sforge-dev/netiso/policy"
 )
