@@ -21,10 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,12 +30,12 @@
 #include "cfront.h"
 #include "front.h"
 #include "nft.h"
+#include "spec.h"
 
-// The bounds of hook/state.go (maxStateBytes, maxSpecBytes), and a nesting
-// depth past which the front leaves a document to Go.
+// The bounds of hook/state.go (maxStateBytes, maxSpecBytes).
 #define MAX_STATE (1 << 20)
 #define MAX_SPEC (16 << 20)
-#define MAX_DEPTH 64
+#define CFRONT_MAX_DEPTH 64
 
 // What the hook's arguments and environment ask for (hook.ParseArgs).
 enum stage { STAGE_OTHER, STAGE_INSTALL, STAGE_POSTSTOP };
@@ -102,162 +100,6 @@ int sforge_hook_front_opts(int argc, char **args, const char **engine, const cha
 	return stage == STAGE_POSTSTOP ? 2 : stage == STAGE_INSTALL;
 }
 
-// A validating JSON reader (RFC 8259) that reads only what the Go hook's
-// lean decoding reads (hook/state.go) and checks those members' types as
-// encoding/json would; everything else it only checks for syntax.
-struct json {
-	struct cfront_reader r;
-	int depth;
-};
-
-typedef int (*member_fn)(struct json *j, void *ctx, const char *key, size_t n);
-typedef int (*element_fn)(struct json *j, void *ctx);
-
-static int value(struct json *j);
-
-static int word(struct json *j, const char *w) {
-	size_t n = strlen(w);
-	cfront_ws(&j->r);
-	if ((size_t)(j->r.end - j->r.p) < n || memcmp(j->r.p, w, n) != 0)
-		return 0;
-	j->r.p += n;
-	return 1;
-}
-
-// null takes a null if one comes next: encoding/json leaves a Go value as
-// it is for null, whatever its type.
-static int null(struct json *j) { return word(j, "null"); }
-
-static int digits(struct cfront_reader *r) {
-	const char *b = r->p;
-	while (r->p < r->end && *r->p >= '0' && *r->p <= '9')
-		r->p++;
-	return r->p > b;
-}
-
-// number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-static int number(struct cfront_reader *r) {
-	if (r->p < r->end && *r->p == '-')
-		r->p++;
-	if (r->p < r->end && *r->p == '0')
-		r->p++;
-	else if (!digits(r))
-		return 0;
-	if (r->p < r->end && *r->p == '.' && (r->p++, !digits(r)))
-		return 0;
-	if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
-		r->p++;
-		if (r->p < r->end && (*r->p == '+' || *r->p == '-'))
-			r->p++;
-		if (!digits(r))
-			return 0;
-	}
-	return 1;
-}
-
-static int object(struct json *j, member_fn one, void *ctx) {
-	if (!cfront_take(&j->r, '{') || ++j->depth > MAX_DEPTH)
-		return 0;
-	if (!cfront_take(&j->r, '}')) {
-		do {
-			const char *key;
-			size_t n;
-			if (!cfront_span(&j->r, &key, &n) || !cfront_take(&j->r, ':') || !one(j, ctx, key, n))
-				return 0;
-		} while (cfront_take(&j->r, ','));
-		if (!cfront_take(&j->r, '}'))
-			return 0;
-	}
-	j->depth--;
-	return 1;
-}
-
-static int array(struct json *j, element_fn one, void *ctx) {
-	if (!cfront_take(&j->r, '[') || ++j->depth > MAX_DEPTH)
-		return 0;
-	if (!cfront_take(&j->r, ']')) {
-		do {
-			if (!one(j, ctx))
-				return 0;
-		} while (cfront_take(&j->r, ','));
-		if (!cfront_take(&j->r, ']'))
-			return 0;
-	}
-	j->depth--;
-	return 1;
-}
-
-static int any_member(struct json *j, void *ctx, const char *key, size_t n) {
-	(void)ctx, (void)key, (void)n;
-	return value(j);
-}
-
-static int any_element(struct json *j, void *ctx) {
-	(void)ctx;
-	return value(j);
-}
-
-// text reads a string or null (*s NULL then).
-static int text(struct json *j, const char **s, size_t *n) {
-	*s = NULL;
-	*n = 0;
-	return null(j) || cfront_span(&j->r, s, n);
-}
-
-static int text_element(struct json *j, void *ctx) {
-	const char *s;
-	size_t n;
-	(void)ctx;
-	return text(j, &s, &n);
-}
-
-static int value(struct json *j) {
-	cfront_ws(&j->r);
-	if (j->r.p >= j->r.end)
-		return 0;
-	switch (*j->r.p) {
-	case '{':
-		return object(j, any_member, NULL);
-	case '[':
-		return array(j, any_element, NULL);
-	case '"':
-		return text_element(j, NULL);
-	case 't':
-		return word(j, "true");
-	case 'f':
-		return word(j, "false");
-	case 'n':
-		return null(j);
-	}
-	return number(&j->r);
-}
-
-static int ascii(const char *s, size_t n) {
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] > 0x7e)
-			return 0;
-	return 1;
-}
-
-// field finds the member named key among a struct's JSON names: its index,
-// -1 for a member the Go struct does not have, -2 for one the front leaves
-// to Go: a name that matches without being equal (encoding/json matches
-// names without regard to case, Unicode folding included), or a second
-// member of that name (the last one wins in Go).
-static int field(const char *const *names, unsigned *seen, const char *key, size_t n) {
-	if (!ascii(key, n))
-		return -2;
-	for (int f = 0; names[f]; f++) {
-		if (strlen(names[f]) != n || strncasecmp(names[f], key, n) != 0)
-			continue;
-		if (memcmp(names[f], key, n) != 0 || (*seen & (1u << f)))
-			return -2;
-		*seen |= 1u << f;
-		return f;
-	}
-	return -1;
-}
-
 // The OCI state: the members of ReadState's lean struct.
 static const char *const state_names[] = {"ociVersion", "id", "status", "pid", "bundle", NULL};
 
@@ -268,11 +110,11 @@ struct state {
 	long pid;
 };
 
-static int state_member(struct json *j, void *ctx, const char *key, size_t n) {
+static int state_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
 	struct state *st = ctx;
-	int f = field(state_names, &st->seen, key, n);
+	int f = cfront_field(state_names, &st->seen, key, n);
 	if (f < 0)
-		return f == -1 && value(j);
+		return f == -1 && cfront_value(j);
 	if (f == 3) // ReadState refuses a negative pid
 		return cfront_int(&j->r, &st->pid) && st->pid >= 0;
 	const char *s;
@@ -290,13 +132,13 @@ static int state_member(struct json *j, void *ctx, const char *key, size_t n) {
 // with a bundle that filepath.Join leaves as it is and that holds what Go
 // would read (it replaces invalid UTF-8), NUL-terminated in bundle.
 static int read_state(const char *buf, size_t len, struct state *st, char *bundle, size_t cap) {
-	struct json j = {{buf, buf + len}, 0};
+	struct cfront_json j = {{buf, buf + len}, 0};
 	*st = (struct state){0};
-	if (len > MAX_STATE || !object(&j, state_member, st))
+	if (len > MAX_STATE || !cfront_object(&j, state_member, st))
 		return 0;
 	cfront_ws(&j.r);
 	if (j.r.p != j.r.end || st->id_n == 0 || !st->bundle || st->bundle_n >= cap ||
-	    !ascii(st->bundle, st->bundle_n) || !cfront_clean_abs(st->bundle, st->bundle_n))
+	    !cfront_ascii(st->bundle, st->bundle_n) || !cfront_clean_abs(st->bundle, st->bundle_n))
 		return 0;
 	memcpy(bundle, st->bundle, st->bundle_n);
 	bundle[st->bundle_n] = '\0';
@@ -308,197 +150,12 @@ int sforge_hook_front_state(const char *buf, size_t len, char *bundle, size_t ca
 	return read_state(buf, len, &st, bundle, cap);
 }
 
-// config.json: the members of hook.leanSpec, level by level.
-static const char *const spec_names[] = {"ociVersion", "annotations", "process", "linux", NULL};
-static const char *const process_names[] = {"env", "capabilities", NULL};
-static const char *const caps_names[] = {"bounding", "effective", "inheritable", "permitted", "ambient", NULL};
-static const char *const linux_names[] = {"namespaces", NULL};
-static const char *const ns_names[] = {"type", "path", NULL};
-
-struct spec {
-	int net; // a network namespace was found: the first one counts
-	const char *path;
-	size_t path_n;
-	// The allowlist, as policy.Lookup finds it: the annotation, else the
-	// environment form. unsure: a case the front leaves to Go (a repeated
-	// or null annotation, the environment form set twice differently, a
-	// value that is not ASCII).
-	int ann, env, unsure;
-	const char *ann_v, *env_v;
-	size_t ann_n, env_n;
-	// checkCaps: a process, with a capabilities object, and a capability
-	// that is forbidden or that the front does not read as Go does.
-	int process, caps, bad_cap;
-};
-
-// level is an object being read: the names seen in it, and the spec.
-struct level {
-	unsigned seen;
-	struct spec *spec;
-};
-
-// forbidden mirrors checkCaps' test of one capability (canonicalCap, then
-// forbiddenCaps): any non-ASCII byte counts as forbidden, since
-// strings.ToUpper and TrimSpace read Unicode (ToUpper("ı") is "I").
-static int forbidden(const char *s, size_t n) {
-	static const char *const caps[] = {"NET_ADMIN", "NET_RAW", "SYS_ADMIN", NULL};
-	char up[64];
-	if (!ascii(s, n))
-		return 1;
-	while (n && strchr(" \t\n\v\f\r", *s))
-		s++, n--;
-	while (n && strchr(" \t\n\v\f\r", s[n - 1]))
-		n--;
-	if (n >= sizeof up)
-		return 0; // longer than any capability: not one of ours
-	for (size_t i = 0; i < n; i++)
-		up[i] = s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i];
-	const char *c = up;
-	if (n >= 4 && memcmp(up, "CAP_", 4) == 0)
-		c += 4, n -= 4;
-	return cfront_in(caps, c, n);
-}
-
-static int cap_element(struct json *j, void *ctx) {
-	struct spec *sp = ctx;
-	const char *s;
-	size_t n;
-	if (!text(j, &s, &n))
-		return 0;
-	if (s && forbidden(s, n)) // null is "" in a []string: not forbidden
-		sp->bad_cap = 1;
-	return 1;
-}
-
-static int caps_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct level *l = ctx;
-	int f = field(caps_names, &l->seen, key, n);
-	return f == -1 ? value(j) : f >= 0 && (null(j) || array(j, cap_element, l->spec));
-}
-
-// The environment form of the allowlist: policy.EnvVar and "=".
-#define EGRESS_ENV "SFORGE_EGRESS="
-
-static int env_element(struct json *j, void *ctx) {
-	struct spec *sp = ctx;
-	const char *s;
-	size_t n, k = sizeof EGRESS_ENV - 1;
-	if (!text(j, &s, &n))
-		return 0;
-	if (!s || n < k || memcmp(s, EGRESS_ENV, k) != 0)
-		return 1;
-	s += k, n -= k;
-	if (!ascii(s, n) || (sp->env && (n != sp->env_n || memcmp(s, sp->env_v, n) != 0)))
-		sp->unsure = 1; // not ASCII, or Lookup's "set more than once"
-	sp->env = 1, sp->env_v = s, sp->env_n = n;
-	return 1;
-}
-
-static int process_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct level *l = ctx, caps = {0, l->spec};
-	int f = field(process_names, &l->seen, key, n);
-	if (f < 0)
-		return f == -1 && value(j);
-	if (f == 0)
-		return null(j) || array(j, env_element, l->spec);
-	if (null(j))
-		return 1;
-	l->spec->caps = 1;
-	return object(j, caps_member, &caps);
-}
-
-// The annotation that carries the allowlist: policy.AnnotationKey.
-#define EGRESS_ANNOTATION "sforge.io/egress"
-
-static int annotation_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct spec *sp = ctx;
-	const char *s;
-	size_t sn;
-	if (!text(j, &s, &sn))
-		return 0;
-	if (n != sizeof EGRESS_ANNOTATION - 1 || memcmp(key, EGRESS_ANNOTATION, n) != 0)
-		return 1;
-	if (sp->ann || !s || !ascii(s, sn))
-		sp->unsure = 1; // the last one wins in Go; null is ""
-	sp->ann = 1, sp->ann_v = s, sp->ann_n = sn;
-	return 1;
-}
-
-struct ns {
-	unsigned seen;
-	const char *type, *path;
-	size_t type_n, path_n;
-};
-
-static int ns_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct ns *e = ctx;
-	int f = field(ns_names, &e->seen, key, n);
-	if (f < 0)
-		return f == -1 && value(j);
-	return f == 0 ? text(j, &e->type, &e->type_n) : text(j, &e->path, &e->path_n);
-}
-
-static int ns_element(struct json *j, void *ctx) {
-	struct spec *sp = ctx;
-	struct ns e = {0};
-	if (null(j))
-		return 1; // a zero LinuxNamespace
-	if (!object(j, ns_member, &e))
-		return 0;
-	if (!sp->net && e.type_n == 7 && memcmp(e.type, "network", 7) == 0) {
-		sp->net = 1;
-		sp->path = e.path;
-		sp->path_n = e.path_n;
-	}
-	return 1;
-}
-
-static int linux_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct level *l = ctx;
-	int f = field(linux_names, &l->seen, key, n);
-	if (f < 0)
-		return f == -1 && value(j);
-	return null(j) || array(j, ns_element, l->spec);
-}
-
-static int spec_member(struct json *j, void *ctx, const char *key, size_t n) {
-	struct level *l = ctx, inner = {0, l->spec};
-	const char *s;
-	size_t sn;
-	switch (field(spec_names, &l->seen, key, n)) {
-	case -1:
-		return value(j);
-	case 0:
-		return text(j, &s, &sn);
-	case 1:
-		return null(j) || object(j, annotation_member, l->spec); // map[string]string
-	case 2:
-		if (null(j))
-			return 1;
-		l->spec->process = 1;
-		return object(j, process_member, &inner);
-	case 3:
-		return null(j) || object(j, linux_member, &inner);
-	}
-	return 0;
-}
-
-// read_spec reads config.json as ParseSpec does; 0 means "not sure".
-static int read_spec(const char *buf, size_t len, struct spec *sp) {
-	struct json j = {{buf, buf + len}, 0};
-	struct level top = {0, sp};
-	*sp = (struct spec){0};
-	if (len > MAX_SPEC || !object(&j, spec_member, &top))
-		return 0;
-	cfront_ws(&j.r);
-	return j.r.p == j.r.end && ascii(sp->path, sp->path_n);
-}
 
 int sforge_hook_front_spec(const char *buf, size_t len, int *net, char *path, size_t cap) {
-	struct spec sp;
+	struct cfront_oci sp;
 	*net = 0;
 	path[0] = '\0';
-	if (!read_spec(buf, len, &sp) || sp.path_n >= cap)
+	if (len > MAX_SPEC || !cfront_read_spec(buf, len, &sp) || sp.path_n >= cap)
 		return 0;
 	*net = sp.net;
 	if (sp.path_n)
@@ -514,8 +171,8 @@ int sforge_hook_front_idle(const char *buf, size_t len) {
 		return 0;
 	size_t n;
 	char *data = cfront_spec(bundle, MAX_SPEC, &n);
-	struct spec sp;
-	int ok = data && read_spec(data, n, &sp), net = sp.net, idle = !net || !sp.path_n;
+	struct cfront_oci sp;
+	int ok = data && cfront_read_spec(data, n, &sp), net = sp.net, idle = !net || !sp.path_n;
 	char path[4096];
 	if (ok && !idle && sp.path_n < sizeof path) {
 		memcpy(path, sp.path, sp.path_n);
@@ -534,19 +191,7 @@ int sforge_hook_front_idle(const char *buf, size_t len) {
 // that cannot be written is skipped.
 __attribute__((format(printf, 2, 3))) static void log_line(const char *path, const char *format, ...) {
 	char line[1024];
-	struct timespec now;
-	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &now);
-	gmtime_r(&now.tv_sec, &tm);
-	size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (now.tv_nsec) {
-		char frac[16];
-		snprintf(frac, sizeof frac, ".%09ld", now.tv_nsec);
-		for (size_t k = strlen(frac); frac[k - 1] == '0';)
-			frac[--k] = '\0';
-		n += (size_t)snprintf(line + n, sizeof line - n, "%s", frac);
-	}
-	line[n++] = 'Z';
+	size_t n = cfront_rfc3339(line, sizeof line - 1, 1);
 	line[n++] = ' ';
 	va_list ap;
 	va_start(ap, format);
@@ -556,82 +201,7 @@ __attribute__((format(printf, 2, 3))) static void log_line(const char *path, con
 		return; // ids and paths are bounded well below; never a cut line
 	n += (size_t)k;
 	line[n++] = '\n';
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-	if (fd < 0) {
-		// os.MkdirAll(filepath.Dir(path), 0o750), then once more.
-		char dir[4096];
-		size_t d = strlen(path);
-		if (d >= sizeof dir)
-			return;
-		memcpy(dir, path, d + 1);
-		char *slash = strrchr(dir, '/');
-		if (!slash || slash == dir)
-			return;
-		*slash = '\0';
-		for (char *q = dir + 1; *q; q++)
-			if (*q == '/') {
-				*q = '\0';
-				mkdir(dir, 0750);
-				*q = '/';
-			}
-		mkdir(dir, 0750);
-		if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
-			return;
-	}
-	ssize_t w = write(fd, line, n);
-	(void)w;
-	close(fd);
-}
-
-// duration writes ns as time.Duration.Round(time.Microsecond).String()
-// does: "812µs", "3.73ms", "1.2s".
-static void duration(char *out, size_t cap, long long ns) {
-	long long us = (ns + 500) / 1000;
-	const char *unit = "µs";
-	long long whole = us, frac = 0;
-	int digits = 0;
-	if (us >= 1000000)
-		whole = us / 1000000, frac = us % 1000000, digits = 6, unit = "s";
-	else if (us >= 1000)
-		whole = us / 1000, frac = us % 1000, digits = 3, unit = "ms";
-	if (us == 0) {
-		snprintf(out, cap, "0s");
-		return;
-	}
-	while (digits && frac % 10 == 0)
-		frac /= 10, digits--;
-	if (digits)
-		snprintf(out, cap, "%lld.%0*lld%s", whole, digits, frac, unit);
-	else
-		snprintf(out, cap, "%lld%s", whole, unit);
-}
-
-// kernel_ok mirrors nftables.Supported's version test: a kernel older than
-// 5.6 has no concatenated interval sets. A release it cannot read is left
-// to Go.
-static int kernel_ok(void) {
-	struct utsname u;
-	if (uname(&u) != 0)
-		return 0;
-	char *p = u.release, *end;
-	long major = strtol(p, &end, 10);
-	if (end == p || *end != '.')
-		return 0;
-	p = end + 1;
-	long minor = strtol(p, &end, 10);
-	if (end == p)
-		return 0;
-	return major > 5 || (major == 5 && minor >= 6);
-}
-
-// same_file reports whether a and b are one namespace (device and inode,
-// as sharesNetNS compares them): 1 yes, 0 no, -1 when b cannot be read
-// for a reason other than permission (sharesNetNS then fails).
-static int same_file(const struct stat *a, const char *b) {
-	struct stat sb;
-	if (stat(b, &sb) != 0)
-		return errno == EACCES || errno == EPERM ? 0 : -1;
-	return a->st_dev == sb.st_dev && a->st_ino == sb.st_ino;
+	cfront_append(path, line, n, 0640, 0750);
 }
 
 // decide is hook.install up to the engine, for what the front reads
@@ -646,12 +216,12 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	char bundle[4096];
 	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
 		return DECIDE_GO; // iptables: the Go engine's
-	if (!read_state(buf, len, &st, bundle, sizeof bundle) || !ascii(st.id, st.id_n) || st.id_n >= sizeof d->id)
+	if (!read_state(buf, len, &st, bundle, sizeof bundle) || !cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id)
 		return DECIDE_GO;
 	size_t n;
 	char *data = cfront_spec(bundle, MAX_SPEC, &n);
-	struct spec sp;
-	if (!data || !read_spec(data, n, &sp) || sp.unsure) {
+	struct cfront_oci sp;
+	if (!data || !cfront_read_spec(data, n, &sp) || sp.unsure) {
 		free(data);
 		return DECIDE_GO;
 	}
@@ -671,9 +241,9 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	if (stat(d->netns, &nsb) != 0)
 		return DECIDE_GO;
 	for (; *host; host++)
-		if (same_file(&nsb, *host) != 0)
+		if (cfront_same_file(&nsb, *host) != 0)
 			return DECIDE_GO;
-	if (!kernel_ok() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
+	if (!cfront_kernel_nft() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
 		return DECIDE_GO;
 	return DECIDE_INSTALL;
 }
@@ -709,8 +279,8 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 	// less what it spent waiting for a CPU or the kernel; the shim logs
 	// it too) and the mark of the front.
 	char took[32], cpu[32];
-	duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
-	duration(cpu, sizeof cpu, (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
+	cfront_duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+	cfront_duration(cpu, sizeof cpu, (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
 	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s front=c",
 	         d->id, stage, d->table, rules, took, cpu);
 	return 1;
@@ -801,3 +371,4 @@ __attribute__((constructor)) static void sforge_hook_front(void) {
 	}
 	close(keep);
 }
+

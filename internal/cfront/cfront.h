@@ -6,11 +6,14 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 // The engines sforge accepts by name (engines.Names; the fronts' tests
@@ -205,5 +208,114 @@ static inline char *cfront_spec(const char *bundle, size_t max, size_t *len) {
 	}
 	close(fd);
 	return buf;
+}
+
+// cfront_duration writes ns as time.Duration.Round(time.Microsecond).String()
+// does: "812µs", "3.73ms", "1.2s".
+static inline void cfront_duration(char *out, size_t cap, long long ns) {
+	long long us = (ns + 500) / 1000;
+	const char *unit = "µs";
+	long long whole = us, frac = 0;
+	int cfront_digits = 0;
+	if (us >= 1000000)
+		whole = us / 1000000, frac = us % 1000000, cfront_digits = 6, unit = "s";
+	else if (us >= 1000)
+		whole = us / 1000, frac = us % 1000, cfront_digits = 3, unit = "ms";
+	if (us == 0) {
+		snprintf(out, cap, "0s");
+		return;
+	}
+	while (cfront_digits && frac % 10 == 0)
+		frac /= 10, cfront_digits--;
+	if (cfront_digits)
+		snprintf(out, cap, "%lld.%0*lld%s", whole, cfront_digits, frac, unit);
+	else
+		snprintf(out, cap, "%lld%s", whole, unit);
+}
+
+// cfront_kernel_nft mirrors nftables.Supported's version test: a kernel older than
+// 5.6 has no concatenated interval sets. A release it cannot read is left
+// to Go.
+static inline int cfront_kernel_nft(void) {
+	struct utsname u;
+	if (uname(&u) != 0)
+		return 0;
+	char *p = u.release, *end;
+	long major = strtol(p, &end, 10);
+	if (end == p || *end != '.')
+		return 0;
+	p = end + 1;
+	long minor = strtol(p, &end, 10);
+	if (end == p)
+		return 0;
+	return major > 5 || (major == 5 && minor >= 6);
+}
+
+// cfront_same_file reports whether a and b are one namespace (device and inode,
+// as sharesNetNS compares them): 1 yes, 0 no, -1 when b cannot be read
+// for a reason other than permission (sharesNetNS then fails).
+static inline int cfront_same_file(const struct stat *a, const char *b) {
+	struct stat sb;
+	if (stat(b, &sb) != 0)
+		return errno == EACCES || errno == EPERM ? 0 : -1;
+	return a->st_dev == sb.st_dev && a->st_ino == sb.st_ino;
+}
+
+// cfront_rfc3339 writes the time now as Go's time.RFC3339Nano does, in UTC
+// (utc) or in local time (time.Local: the offset, "Z" for none), into out;
+// it returns the length (0 when out is too small).
+static inline size_t cfront_rfc3339(char *out, size_t cap, int utc) {
+	struct timespec now;
+	struct tm tm;
+	char frac[16] = "", zone[8] = "Z";
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (utc ? !gmtime_r(&now.tv_sec, &tm) : !localtime_r(&now.tv_sec, &tm))
+		return 0;
+	if (now.tv_nsec) { // RFC3339Nano drops trailing zeros, and a zero fraction
+		snprintf(frac, sizeof frac, ".%09ld", now.tv_nsec);
+		for (size_t k = strlen(frac); frac[k - 1] == '0';)
+			frac[--k] = '\0';
+	}
+	long off = utc ? 0 : tm.tm_gmtoff / 60;
+	if (off)
+		snprintf(zone, sizeof zone, "%c%02ld:%02ld", off < 0 ? '-' : '+', labs(off) / 60, labs(off) % 60);
+	char date[32];
+	if (!strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm))
+		return 0;
+	int n = snprintf(out, cap, "%s%s%s", date, frac, zone);
+	return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+}
+
+// cfront_append appends the n bytes at line to the file at path in one
+// write, making the file (mode) and its missing directories (dirmode) as
+// the Go loggers do (os.OpenFile with O_APPEND|O_CREATE, then
+// os.MkdirAll of its directory and once more). A log that cannot be
+// written is skipped: failing because of a log would hide the real cause.
+static inline void cfront_append(const char *path, const char *line, size_t n, mode_t mode, mode_t dirmode) {
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, mode);
+	if (fd < 0) { // a missing directory, or a failure the second try repeats
+		char dir[4096];
+		size_t d = strlen(path);
+		if (d >= sizeof dir)
+			return;
+		memcpy(dir, path, d + 1);
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			return;
+		*slash = '\0';
+		for (char *q = dir + 1; *q; q++)
+			if (*q == '/') {
+				*q = '\0';
+				mkdir(dir, dirmode);
+				*q = '/';
+			}
+		mkdir(dir, dirmode);
+		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, mode);
+	}
+	if (fd < 0)
+		return;
+	ssize_t w = write(fd, line, n);
+	(void)w;
+	close(fd);
 }
 #endif

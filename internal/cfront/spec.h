@@ -1,0 +1,372 @@
+// The OCI documents the fronts read (the state on a hook's stdin, a
+// bundle's config.json), read in C as the Go code reads them. Everything
+// here is static, like the rest of cfront.
+#ifndef SFORGE_CFRONT_SPEC_H
+#define SFORGE_CFRONT_SPEC_H
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cfront.h"
+
+// A nesting depth past which the fronts leave a document to Go.
+#define CFRONT_MAX_DEPTH 64
+
+// A validating JSON reader (RFC 8259) for the members the fronts read: it
+// checks their types as encoding/json would and everything else only for
+// syntax. A reader calls cfront_object/cfront_array with a function per
+// member or element.
+struct cfront_json {
+	struct cfront_reader r;
+	int depth;
+};
+
+typedef int (*cfront_member_fn)(struct cfront_json *j, void *ctx, const char *key, size_t n);
+typedef int (*cfront_element_fn)(struct cfront_json *j, void *ctx);
+
+static inline int cfront_value(struct cfront_json *j);
+
+static inline int cfront_word(struct cfront_json *j, const char *w) {
+	size_t n = strlen(w);
+	cfront_ws(&j->r);
+	if ((size_t)(j->r.end - j->r.p) < n || memcmp(j->r.p, w, n) != 0)
+		return 0;
+	j->r.p += n;
+	return 1;
+}
+
+// cfront_null takes a null if one comes next: encoding/json leaves a Go value as
+// it is for null, whatever its type.
+static inline int cfront_null(struct cfront_json *j) { return cfront_word(j, "null"); }
+
+static inline int cfront_digits(struct cfront_reader *r) {
+	const char *b = r->p;
+	while (r->p < r->end && *r->p >= '0' && *r->p <= '9')
+		r->p++;
+	return r->p > b;
+}
+
+// cfront_number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+static inline int cfront_number(struct cfront_reader *r) {
+	if (r->p < r->end && *r->p == '-')
+		r->p++;
+	if (r->p < r->end && *r->p == '0')
+		r->p++;
+	else if (!cfront_digits(r))
+		return 0;
+	if (r->p < r->end && *r->p == '.' && (r->p++, !cfront_digits(r)))
+		return 0;
+	if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
+		r->p++;
+		if (r->p < r->end && (*r->p == '+' || *r->p == '-'))
+			r->p++;
+		if (!cfront_digits(r))
+			return 0;
+	}
+	return 1;
+}
+
+static inline int cfront_object(struct cfront_json *j, cfront_member_fn one, void *ctx) {
+	if (!cfront_take(&j->r, '{') || ++j->depth > CFRONT_MAX_DEPTH)
+		return 0;
+	if (!cfront_take(&j->r, '}')) {
+		do {
+			const char *key;
+			size_t n;
+			if (!cfront_span(&j->r, &key, &n) || !cfront_take(&j->r, ':') || !one(j, ctx, key, n))
+				return 0;
+		} while (cfront_take(&j->r, ','));
+		if (!cfront_take(&j->r, '}'))
+			return 0;
+	}
+	j->depth--;
+	return 1;
+}
+
+static inline int cfront_array(struct cfront_json *j, cfront_element_fn one, void *ctx) {
+	if (!cfront_take(&j->r, '[') || ++j->depth > CFRONT_MAX_DEPTH)
+		return 0;
+	if (!cfront_take(&j->r, ']')) {
+		do {
+			if (!one(j, ctx))
+				return 0;
+		} while (cfront_take(&j->r, ','));
+		if (!cfront_take(&j->r, ']'))
+			return 0;
+	}
+	j->depth--;
+	return 1;
+}
+
+static inline int cfront_any_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	(void)ctx, (void)key, (void)n;
+	return cfront_value(j);
+}
+
+static inline int cfront_any_element(struct cfront_json *j, void *ctx) {
+	(void)ctx;
+	return cfront_value(j);
+}
+
+// cfront_text reads a string or null (*s NULL then).
+static inline int cfront_text(struct cfront_json *j, const char **s, size_t *n) {
+	*s = NULL;
+	*n = 0;
+	return cfront_null(j) || cfront_span(&j->r, s, n);
+}
+
+static inline int cfront_text_element(struct cfront_json *j, void *ctx) {
+	const char *s;
+	size_t n;
+	(void)ctx;
+	return cfront_text(j, &s, &n);
+}
+
+static inline int cfront_value(struct cfront_json *j) {
+	cfront_ws(&j->r);
+	if (j->r.p >= j->r.end)
+		return 0;
+	switch (*j->r.p) {
+	case '{':
+		return cfront_object(j, cfront_any_member, NULL);
+	case '[':
+		return cfront_array(j, cfront_any_element, NULL);
+	case '"':
+		return cfront_text_element(j, NULL);
+	case 't':
+		return cfront_word(j, "true");
+	case 'f':
+		return cfront_word(j, "false");
+	case 'n':
+		return cfront_null(j);
+	}
+	return cfront_number(&j->r);
+}
+
+static inline int cfront_ascii(const char *s, size_t n) {
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+// cfront_field finds the member named key among a struct's JSON names: its index,
+// -1 for a member the Go struct does not have, -2 for one the front leaves
+// to Go: a name that matches without being equal (encoding/json matches
+// names without regard to case, Unicode folding included), or a second
+// member of that name (the last one wins in Go).
+static inline int cfront_field(const char *const *names, unsigned *seen, const char *key, size_t n) {
+	if (!cfront_ascii(key, n))
+		return -2;
+	for (int f = 0; names[f]; f++) {
+		if (strlen(names[f]) != n || strncasecmp(names[f], key, n) != 0)
+			continue;
+		if (memcmp(names[f], key, n) != 0 || (*seen & (1u << f)))
+			return -2;
+		*seen |= 1u << f;
+		return f;
+	}
+	return -1;
+}
+
+// config.json: the members of hook.leanSpec, level by level. The shim reads
+// the same members as generic JSON (shim.ParseSpec: maps, so names match
+// exactly); what this reader takes, both read to the same values, and a
+// name it would fold (cfront_field's -2) leaves the document to Go.
+static const char *const cfront_spec_names[] = {"ociVersion", "annotations", "process", "linux", NULL};
+static const char *const cfront_process_names[] = {"env", "capabilities", NULL};
+static const char *const cfront_caps_names[] = {"bounding", "effective", "inheritable", "permitted", "ambient", NULL};
+static const char *const cfront_linux_names[] = {"namespaces", NULL};
+static const char *const cfront_ns_names[] = {"type", "path", NULL};
+
+struct cfront_oci {
+	int net; // a network namespace was found: the first one counts
+	const char *path;
+	size_t path_n;
+	int user; // a user namespace is listed
+	// The allowlist, as policy.Lookup finds it: the annotation, else the
+	// environment form. unsure: a case the front leaves to Go (a repeated
+	// or null annotation, the environment form set twice differently, a
+	// value that is not ASCII).
+	int ann, env, unsure;
+	// other: an annotation of sforge's besides the allowlist (the shim's
+	// own, shim.preisolatedAnnotation: the Go shim reads and removes it).
+	int other;
+	const char *ann_v, *env_v;
+	size_t ann_n, env_n;
+	// checkCaps: a process, with a capabilities object, and a capability
+	// that is forbidden or that the front does not read as Go does.
+	int process, caps, bad_cap;
+};
+
+// level is an object being read: the names seen in it, and the spec.
+struct cfront_level {
+	unsigned seen;
+	struct cfront_oci *spec;
+};
+
+// cfront_forbidden mirrors checkCaps' test of one capability (canonicalCap, then
+// forbiddenCaps): any non-ASCII byte counts as forbidden, since
+// strings.ToUpper and TrimSpace read Unicode (ToUpper("ı") is "I").
+static inline int cfront_forbidden(const char *s, size_t n) {
+	static const char *const caps[] = {"NET_ADMIN", "NET_RAW", "SYS_ADMIN", NULL};
+	char up[64];
+	if (!cfront_ascii(s, n))
+		return 1;
+	while (n && strchr(" \t\n\v\f\r", *s))
+		s++, n--;
+	while (n && strchr(" \t\n\v\f\r", s[n - 1]))
+		n--;
+	if (n >= sizeof up)
+		return 0; // longer than any capability: not one of ours
+	for (size_t i = 0; i < n; i++)
+		up[i] = s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i];
+	const char *c = up;
+	if (n >= 4 && memcmp(up, "CAP_", 4) == 0)
+		c += 4, n -= 4;
+	return cfront_in(caps, c, n);
+}
+
+static inline int cfront_cap_element(struct cfront_json *j, void *ctx) {
+	struct cfront_oci *sp = ctx;
+	const char *s;
+	size_t n;
+	if (!cfront_text(j, &s, &n))
+		return 0;
+	if (s && cfront_forbidden(s, n)) // null is "" in a []string: not forbidden
+		sp->bad_cap = 1;
+	return 1;
+}
+
+static inline int cfront_caps_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_level *l = ctx;
+	int f = cfront_field(cfront_caps_names, &l->seen, key, n);
+	return f == -1 ? cfront_value(j) : f >= 0 && (cfront_null(j) || cfront_array(j, cfront_cap_element, l->spec));
+}
+
+// The environment form of the allowlist: policy.EnvVar and "=".
+#define EGRESS_ENV "SFORGE_EGRESS="
+
+static inline int cfront_env_element(struct cfront_json *j, void *ctx) {
+	struct cfront_oci *sp = ctx;
+	const char *s;
+	size_t n, k = sizeof EGRESS_ENV - 1;
+	if (!cfront_text(j, &s, &n))
+		return 0;
+	if (!s || n < k || memcmp(s, EGRESS_ENV, k) != 0)
+		return 1;
+	s += k, n -= k;
+	if (!cfront_ascii(s, n) || (sp->env && (n != sp->env_n || memcmp(s, sp->env_v, n) != 0)))
+		sp->unsure = 1; // not ASCII, or Lookup's "set more than once"
+	sp->env = 1, sp->env_v = s, sp->env_n = n;
+	return 1;
+}
+
+static inline int cfront_process_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_level *l = ctx, caps = {0, l->spec};
+	int f = cfront_field(cfront_process_names, &l->seen, key, n);
+	if (f < 0)
+		return f == -1 && cfront_value(j);
+	if (f == 0)
+		return cfront_null(j) || cfront_array(j, cfront_env_element, l->spec);
+	if (cfront_null(j))
+		return 1;
+	l->spec->caps = 1;
+	return cfront_object(j, cfront_caps_member, &caps);
+}
+
+// The annotation that carries the allowlist (policy.AnnotationKey), and
+// the prefix of all of sforge's (shim.sforgeAnnotationPrefix).
+#define EGRESS_ANNOTATION "sforge.io/egress"
+#define SFORGE_PREFIX "sforge.io/"
+
+static inline int cfront_annotation_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_oci *sp = ctx;
+	const char *s;
+	size_t sn;
+	if (!cfront_text(j, &s, &sn))
+		return 0;
+	if (n != sizeof EGRESS_ANNOTATION - 1 || memcmp(key, EGRESS_ANNOTATION, n) != 0) {
+		if (n >= sizeof SFORGE_PREFIX - 1 && memcmp(key, SFORGE_PREFIX, sizeof SFORGE_PREFIX - 1) == 0)
+			sp->other = 1;
+		return 1;
+	}
+	if (sp->ann || !s || !cfront_ascii(s, sn))
+		sp->unsure = 1; // the last one wins in Go; null is ""
+	sp->ann = 1, sp->ann_v = s, sp->ann_n = sn;
+	return 1;
+}
+
+struct cfront_ns {
+	unsigned seen;
+	const char *type, *path;
+	size_t type_n, path_n;
+};
+
+static inline int cfront_ns_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_ns *e = ctx;
+	int f = cfront_field(cfront_ns_names, &e->seen, key, n);
+	if (f < 0)
+		return f == -1 && cfront_value(j);
+	return f == 0 ? cfront_text(j, &e->type, &e->type_n) : cfront_text(j, &e->path, &e->path_n);
+}
+
+static inline int cfront_ns_element(struct cfront_json *j, void *ctx) {
+	struct cfront_oci *sp = ctx;
+	struct cfront_ns e = {0};
+	if (cfront_null(j))
+		return 1; // a zero LinuxNamespace
+	if (!cfront_object(j, cfront_ns_member, &e))
+		return 0;
+	if (e.type_n == 4 && memcmp(e.type, "user", 4) == 0)
+		sp->user = 1;
+	if (!sp->net && e.type_n == 7 && memcmp(e.type, "network", 7) == 0) {
+		sp->net = 1;
+		sp->path = e.path;
+		sp->path_n = e.path_n;
+	}
+	return 1;
+}
+
+static inline int cfront_linux_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_level *l = ctx;
+	int f = cfront_field(cfront_linux_names, &l->seen, key, n);
+	if (f < 0)
+		return f == -1 && cfront_value(j);
+	return cfront_null(j) || cfront_array(j, cfront_ns_element, l->spec);
+}
+
+static inline int cfront_spec_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_level *l = ctx, inner = {0, l->spec};
+	const char *s;
+	size_t sn;
+	switch (cfront_field(cfront_spec_names, &l->seen, key, n)) {
+	case -1:
+		return cfront_value(j);
+	case 0:
+		return cfront_text(j, &s, &sn);
+	case 1:
+		return cfront_null(j) || cfront_object(j, cfront_annotation_member, l->spec); // map[string]string
+	case 2:
+		if (cfront_null(j))
+			return 1;
+		l->spec->process = 1;
+		return cfront_object(j, cfront_process_member, &inner);
+	case 3:
+		return cfront_null(j) || cfront_object(j, cfront_linux_member, &inner);
+	}
+	return 0;
+}
+
+// cfront_read_spec reads config.json as hook.leanSpec and shim.ParseSpec
+// do; 0 means "not sure". The caller bounds len.
+static inline int cfront_read_spec(const char *buf, size_t len, struct cfront_oci *sp) {
+	struct cfront_json j = {{buf, buf + len}, 0};
+	struct cfront_level top = {0, sp};
+	*sp = (struct cfront_oci){0};
+	if (!cfront_object(&j, cfront_spec_member, &top))
+		return 0;
+	cfront_ws(&j.r);
+	return j.r.p == j.r.end && cfront_ascii(sp->path, sp->path_n);
+}
+#endif
