@@ -40,7 +40,6 @@ import (
 
 // create runs the isolated create: runc create as a child, then the rules.
 func (s *Shim) create(a Args, args []string, p *plan) error {
-	eng := p.engine
 	pidFile, runArgs := a.PIDFile, args
 	if pidFile == "" {
 		// The pid file is how runc tells its caller the init pid; ask
@@ -62,7 +61,7 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 	warmed := make(chan struct{})
 	go func() {
 		defer close(warmed)
-		if _, ok := eng.(*nftables.Engine); ok {
+		if _, ok := p.engine.(*nftables.Engine); ok {
 			_ = nftables.Warm(a.ID, p.allow)
 		}
 	}()
@@ -76,10 +75,15 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		// runc said why; it created nothing that outlives its failure.
 		return ExitStatus(code)
 	}
+	return s.finish(a, args, pidFile, p, time.Since(begin), "")
+}
+
+// finish installs the rules in the container runc has just created, and
+// deletes the container when that fails.
+func (s *Shim) finish(a Args, args []string, pidFile string, p *plan, runcTime time.Duration, note string) error {
 	start := time.Now()
-	runcTime := start.Sub(begin)
 	cpu0, sw0 := cpuTime(), switches()
-	rep, err := s.install(a, args, pidFile, p, eng)
+	rep, err := s.install(a, args, pidFile, p)
 	installCPU, sw1 := cpuTime()-cpu0, switches()
 	if err != nil {
 		if derr := s.deleteContainer(a, args); derr != nil {
@@ -88,12 +92,47 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		return err
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s runc=%s), %s dropped",
+		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s runc=%s%s), %s dropped",
 			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
 			rep.Duration.Round(time.Microsecond), installCPU.Round(time.Microsecond), time.Since(start).Round(time.Microsecond), sw1.since(sw0),
-			p.prepared.Round(time.Microsecond), runcTime.Round(time.Microsecond), dropCapability)
+			p.prepared.Round(time.Microsecond), runcTime.Round(time.Microsecond), note, dropCapability)
 	}
 	return nil
+}
+
+// adopt finishes an isolated create that sforge-runtime's C front began
+// (shim/front/create.c): runc has created the container, and the front was
+// not sure it could install (its engine did not, or the process or its
+// namespace were not as it expected). The shim decides again from the
+// spec as for any create, except that runc must not run again: a plan to
+// install after create is carried out (with the Go engine); anything else
+// deletes the container and fails, since it was created without a plan
+// the shim would have made.
+func (s *Shim) adopt(a Args, args []string) error {
+	fail := func(err error) error {
+		if derr := s.deleteContainer(a, args); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return err
+	}
+	if a.Command != "create" || a.PIDFile == "" {
+		return fail(&RefusedError{ID: a.ID, Cause: "the runtime's front created a container from a command line it does not handle",
+			Fix: "the container was deleted without starting; report this with the runc command line"})
+	}
+	begin := time.Now()
+	// The front creates only what the shim would install after create;
+	// a namespace made now could not be the container's.
+	s.NoMadeNetNS = true
+	p, err := s.prepare(a)
+	switch {
+	case err != nil:
+		return fail(err)
+	case p == nil || p.mode != modeAfterCreate:
+		return fail(&RefusedError{ID: a.ID, Cause: "the runtime's front created a container that the shim would not isolate after creation",
+			Fix: "the container was deleted without starting; start it again with SFORGE_RUNTIME_NO_FRONT=1 in the runtime's environment, and report this"})
+	}
+	p.prepared = time.Since(begin)
+	return s.finish(a, args, a.PIDFile, p, 0, " front=c+go")
 }
 
 func (s *Shim) engine() (engine.Engine, error) {
@@ -109,7 +148,7 @@ func (s *Shim) engine() (engine.Engine, error) {
 
 // install finds the created container's init process and installs the
 // rules in its network namespace.
-func (s *Shim) install(a Args, args []string, pidFile string, p *plan, eng engine.Engine) (engine.Report, error) {
+func (s *Shim) install(a Args, args []string, pidFile string, p *plan) (engine.Report, error) {
 	refuse := func(cause, fix string) error { return &RefusedError{ID: a.ID, Cause: cause, Fix: fix} }
 	const deleted = "the container was deleted without starting"
 	pid, err := readPIDFile(pidFile)
@@ -135,7 +174,7 @@ func (s *Shim) install(a Args, args []string, pidFile string, p *plan, eng engin
 	// The engine opens the namespace by path: this one is held open by
 	// the shim, so it is the container's whatever happens to the pid.
 	t := engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), ID: a.ID}
-	rep, err := eng.Install(t, p.allow)
+	rep, err := p.engine.Install(t, p.allow)
 	if err != nil {
 		return engine.Report{}, refuse("failed to install the egress rules: "+err.Error(), deleted+"; "+installFix(err))
 	}

@@ -23,6 +23,13 @@
 //     (runc must keep its pid): it adds sforge-hook as a createRuntime
 //     hook and execs runc.
 //
+// sforge-runtime's C front (package shim/front) takes the commonest case
+// before the Go runtime starts: the create of a container with a namespace
+// of its own and no CAP_NET_RAW to drop, whose config.json the shim would
+// not change. It does it the second way (runc create, then the rules) with
+// the C nftables engine, and hands the created container to the shim when
+// its engine did not install (Shim.Created, adopt).
+//
 // A namespace given by path outlives the container, so its rules must be
 // removed when it is deleted: the shim adds sforge-hook as a poststop hook
 // for those. A private namespace takes its rules with it. Every other
@@ -101,6 +108,9 @@ type Shim struct {
 	// NoMadeNetNS turns off making private network namespaces (the tests
 	// of the create-then-install path use it).
 	NoMadeNetNS bool
+	// Created means that sforge-runtime's C front has run `runc create`
+	// already (front.Created) and left the rest to the shim: see adopt.
+	Created bool
 }
 
 // Run handles one invocation (args without argv[0]). It returns nil when
@@ -116,6 +126,9 @@ func (s *Shim) Run(args []string) error {
 			return err
 		}
 		return s.Runtime.Exec(args)
+	}
+	if s.Created {
+		return s.adopt(a, args)
 	}
 	if !a.Modifies() {
 		return s.Runtime.Exec(args)
@@ -461,14 +474,16 @@ func canonicalCap(c string) string {
 }
 
 // Main is sforge-runtime's entry point. It returns the exit code when the
-// runtime was not exec'd.
-func Main(args []string) int { return run(args, mainOptions{}) }
+// runtime was not exec'd. created is front.Created(): the C front has run
+// `runc create` for this command line already (see Shim.Created).
+func Main(args []string, created bool) int { return run(args, mainOptions{created: created}) }
 
 // mainOptions are seams for the package's tests.
 type mainOptions struct {
 	engine      engine.Engine
 	hostNetNS   []string
 	noMadeNetNS bool
+	created     bool
 }
 
 func run(args []string, o mainOptions) int {
@@ -489,7 +504,7 @@ func run(args []string, o mainOptions) int {
 		return 1
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
-		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Log: log}
+		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Created: o.created, Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {

@@ -33,6 +33,9 @@ const (
 	fakeEngineEnv  = "SFORGE_SHIM_TEST_ENGINE"
 	fakeEngineFail = "SFORGE_SHIM_TEST_ENGINE_FAIL"
 	noMadeNetNSEnv = "SFORGE_SHIM_TEST_NO_MADE_NETNS"
+	// createdEnv runs the shim as after the C front's runc create
+	// (Shim.Created).
+	createdEnv = "SFORGE_SHIM_TEST_CREATED"
 	// leaderAwayEnv runs the shim with the process's first thread in a
 	// network namespace of its own, as when it is the thread that made the
 	// container's namespace.
@@ -47,6 +50,7 @@ func TestMain(m *testing.M) {
 			o.hostNetNS = []string{}
 		}
 		o.noMadeNetNS = os.Getenv(noMadeNetNSEnv) == "1"
+		o.created = os.Getenv(createdEnv) == "1"
 		if os.Getenv(leaderAwayEnv) == "1" {
 			os.Exit(runWithLeaderAway(os.Args[1:], o))
 		}
@@ -877,5 +881,60 @@ func TestRestore(t *testing.T) {
 	argv = []string{"restore", "--image-path", h.bundle, "-b", plain.bundle, "ctr"}
 	if r := plain.run(t, plain.dir, "", argv...); r.code != 0 || !slices.Equal(r.argv, argv) {
 		t.Fatalf("restore with another bundle: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestAdopt: after the C front's runc create (front.Created), the shim
+// runs no runc create of its own: it installs in the created container's
+// namespace, or deletes the container and fails with one line.
+func TestAdopt(t *testing.T) {
+	const allowed = `{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"],"capabilities":{"bounding":["CAP_CHOWN"]}},` +
+		`"annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"},"linux":{"namespaces":[{"type":"network"}]}}`
+	refused := strings.Replace(allowed, `"CAP_CHOWN"`, `"CAP_NET_ADMIN"`, 1)
+	for _, tc := range []struct {
+		name, spec, command string
+		pidFile             bool
+		want                string // "" for an install, else the refusal's text
+	}{
+		{"install", allowed, "create", true, ""},
+		{"refused", refused, "create", true, "holds CAP_NET_ADMIN"},
+		{"not isolated", `{"process":{"capabilities":{}},"linux":{"namespaces":[{"type":"network"}]},"annotations":{"sforge.io/x":"y"}}`, "create", true, "would not isolate after creation"},
+		{"run", allowed, "run", true, "a command line it does not handle"},
+		{"no pid file", allowed, "create", false, "a command line it does not handle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.spec)
+			h.env = append(h.env, createdEnv+"=1")
+			argv := []string{"--root", "/r", tc.command, "--bundle", h.bundle, "ctr"}
+			if tc.pidFile {
+				// The container runc created: a process of its own.
+				sleeper := exec.Command("sleep", "60")
+				must(t, sleeper.Start())
+				t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+				pidFile := filepath.Join(h.dir, "init.pid")
+				must(t, os.WriteFile(pidFile, []byte(strconv.Itoa(sleeper.Process.Pid)), 0o644))
+				argv = append(argv[:len(argv)-1], "--pid-file", pidFile, "ctr")
+			}
+			r := h.run(t, h.dir, "", argv...)
+			calls := h.calls()
+			if tc.want == "" {
+				if r.code != 0 || len(calls) != 0 || !strings.Contains(h.engineLog(), "install id=ctr") {
+					t.Fatalf("exit %d, runtime calls %q, engine %q, stderr %q: want an install and no runc", r.code, calls, h.engineLog(), r.stderr)
+				}
+				log, _ := os.ReadFile(filepath.Join(h.dir, "log", "runtime.log"))
+				if !strings.Contains(string(log), "container ctr: isolated before start (engine=fake") || !strings.Contains(string(log), " front=c+go)") {
+					t.Fatalf("shim log %q", log)
+				}
+				return
+			}
+			wantDelete := []string{"--root", "/r", "delete", "--force", "ctr"}
+			if r.code != 1 || len(calls) != 1 || !slices.Equal(calls[0], wantDelete) || h.engineLog() != "" {
+				t.Fatalf("exit %d, runtime calls %q, engine %q: want only %q", r.code, calls, h.engineLog(), wantDelete)
+			}
+			if lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); len(lines) != 1 ||
+				!strings.HasPrefix(lines[0], "sforge-runtime: container ctr refused: ") || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("stderr %q, want one line with %q", r.stderr, tc.want)
+			}
+		})
 	}
 }

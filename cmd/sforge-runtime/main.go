@@ -1,15 +1,18 @@
 // Command sforge-runtime wraps runc: for a container that asks for network
 // isolation it installs the rules in the container's network namespace
-// before runc creates the container; everything else is exec'd straight to
-// runc, most of it by a C front before the Go runtime starts (package
-// shim/front). See package shim.
+// before the container's process can run; everything else is exec'd
+// straight to runc. A C front (package shim/front) does most of it before
+// the Go runtime starts: the pass-through execs, and the isolated create of
+// a container with a namespace of its own and no CAP_NET_RAW. See package
+// shim.
 package main
 
 import (
 	"os"
 
 	"github.com/sforge-dev/netiso/shim"
-	_ "github.com/sforge-dev/netiso/shim/front"
+	"github.com/sforge-dev/netiso/shim/front"
 )
 
-func main() { os.Exit(shim.Main(os.Args[1:])) }
+// front.Created: the front ran `runc create` and left the rest to the shim.
+func main() { os.Exit(shim.Main(os.Args[1:], front.Created())) }

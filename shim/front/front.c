@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cfront.h"
@@ -33,6 +34,9 @@ static const char *const global_value[] = {"log", "log-format", "root", "criu", 
 static const char *const global_bool[] = {"debug", "systemd-cgroup", NULL};
 
 static const char *const creating[] = {"create", "run", NULL};
+
+// The shim's own log when the settings name none (shim.DefaultLogPath).
+#define DEFAULT_LOG "/var/log/sforge/runtime.log"
 
 int sforge_front_command(int argc, char **argv) {
 	for (int i = 0; i < argc; i++) {
@@ -61,12 +65,16 @@ int sforge_front_command(int argc, char **argv) {
 static const char *const create_value[] = {"bundle", "b", "console-socket", "pid-file", "preserve-fds", NULL};
 static const char *const create_bool[] = {"no-pivot", "no-new-keyring", "detach", "d", "keep", "no-subreaper", NULL};
 
-int sforge_front_bundle(int argc, char **args, const char **bundle) {
-	*bundle = "";
+int sforge_front_create_args(int argc, char **args, struct sforge_front_create_args *c) {
+	memset(c, 0, sizeof *c);
+	c->bundle = "";
 	for (int i = 0; i < argc; i++) {
 		const char *a = args[i];
-		if (a[0] != '-')
-			continue; // the container id, or more positional arguments
+		if (a[0] != '-') {
+			if (!c->positional++)
+				c->id = a; // ParseArgs: the first positional argument
+			continue;
+		}
 		const char *name = a + 1;
 		if (*name == '-')
 			name++;
@@ -84,7 +92,9 @@ int sforge_front_bundle(int argc, char **args, const char **bundle) {
 		if ((n == 1 || n == 6) && memcmp(name, n == 1 ? "b" : "bundle", n) == 0) {
 			if (!*v)
 				return 0;
-			*bundle = v; // the last one wins, as in runc
+			c->bundle = v; // the last one wins, as in runc
+		} else if (n == 8 && memcmp(name, "pid-file", n) == 0) {
+			c->pid_file = v;
 		} else if (n == 12 && memcmp(name, "preserve-fds", n) == 0) {
 			// The shim rejects what strconv.Atoi does not read as n >= 0.
 			size_t k = strspn(v, "0123456789");
@@ -93,6 +103,13 @@ int sforge_front_bundle(int argc, char **args, const char **bundle) {
 		}
 	}
 	return 1;
+}
+
+int sforge_front_bundle(int argc, char **args, const char **bundle) {
+	struct sforge_front_create_args c;
+	int ok = sforge_front_create_args(argc, args, &c);
+	*bundle = c.bundle;
+	return ok;
 }
 
 // What makes the shim parse a spec (RawSpec.MentionsSforge): its
@@ -104,17 +121,6 @@ int sforge_front_mentions(const char *buf, size_t len) {
 		if (memmem(buf, len, *m, strlen(*m)))
 			return 1;
 	return 0;
-}
-
-// spec_is_plain reports whether <bundle>/config.json (runc reads it from the
-// bundle directory, as does the shim) reads and mentions nothing of
-// sforge's: the shim would exec runc without parsing it.
-static int spec_is_plain(const char *bundle) {
-	size_t len;
-	char *buf = cfront_spec(bundle, 64 << 20, &len);
-	int plain = buf && len > 0 && !sforge_front_mentions(buf, len);
-	free(buf);
-	return plain;
 }
 
 // read_string reads "..." into out (size cap, NUL-terminated): printable
@@ -161,7 +167,9 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 				if (strlen(value) >= sizeof c->engine)
 					return 0;
 				strcpy(c->engine, value);
-			} else if (strcmp(key, "hook") != 0 && strcmp(key, "log") != 0) {
+			} else if (strcmp(key, "log") == 0) {
+				strcpy(c->log, value);
+			} else if (strcmp(key, "hook") != 0) {
 				return 0;
 			}
 		} while (cfront_take(&r, ','));
@@ -240,6 +248,13 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 		engine = c->engine;
 	if (*engine && !cfront_in(cfront_engines, engine, strlen(engine)))
 		return 0;
+	if (engine != c->engine)
+		strcpy(c->engine, engine); // a known name: it fits
+	// LoadConfig: the default log, "-" for none.
+	if (!*c->log)
+		strcpy(c->log, DEFAULT_LOG);
+	else if (strcmp(c->log, "-") == 0)
+		c->log[0] = '\0';
 	if (!*c->runtime && !find_runc(c->runtime, sizeof c->runtime))
 		return 0;
 	// The shim refuses a runtime that is itself (an exec loop).
@@ -251,26 +266,70 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 
 extern char **environ;
 
+// runc_log reads runc's --log and --log-format from its global flags
+// (argv[1] up to the subcommand at cmd), as ParseArgs does.
+static void runc_log(char **argv, int cmd, struct sforge_front_cfg *c) {
+	for (int i = 1; i < cmd; i++) {
+		const char *name = argv[i] + 1;
+		if (*name == '-')
+			name++;
+		const char *eq = strchr(name, '=');
+		size_t n = eq ? (size_t)(eq - name) : strlen(name);
+		if (!cfront_in(global_value, name, n))
+			continue;
+		const char *v = eq ? eq + 1 : argv[++i];
+		if (n == 3 && memcmp(name, "log", 3) == 0)
+			c->runc_log = v;
+		else if (n == 10 && memcmp(name, "log-format", 10) == 0)
+			c->runc_log_format = v;
+	}
+}
+
 __attribute__((constructor)) static void sforge_front(void) {
 	static char buf[16384];
 	static char *argv[256];
+	struct timespec begin;
+	clock_gettime(CLOCK_MONOTONIC, &begin);
 	if (getenv("SFORGE_RUNTIME_NO_FRONT"))
 		return;
 	int argc = cfront_cmdline(buf, sizeof buf, argv, sizeof argv / sizeof argv[0]);
 	int i = argc < 2 ? -1 : 1 + sforge_front_command(argc - 1, argv + 1);
 	if (i <= 0)
 		return;
-	if (cfront_in(creating, argv[i], strlen(argv[i]))) {
-		const char *bundle;
-		if (!sforge_front_bundle(argc - i - 1, argv + i + 1, &bundle) || !spec_is_plain(bundle))
-			return;
-	}
 	static struct sforge_front_cfg c;
-	if (!sforge_front_runtime(&c))
+	if (!cfront_in(creating, argv[i], strlen(argv[i]))) {
+		if (!sforge_front_runtime(&c))
+			return;
+		argv[0] = c.runtime;
+		execve(c.runtime, argv, environ);
+		return; // the Go shim tries again and reports the error
+	}
+	// create or run: runc reads config.json in the bundle directory, and
+	// so does the shim.
+	const char *bundle;
+	if (!sforge_front_bundle(argc - i - 1, argv + i + 1, &bundle))
 		return;
-	argv[0] = c.runtime;
-	execve(c.runtime, argv, environ);
-	// The Go shim tries again and reports the error.
+	size_t len;
+	char *spec = cfront_spec(bundle, 64 << 20, &len);
+	if (!spec || len == 0 || !sforge_front_runtime(&c)) {
+		free(spec);
+		return;
+	}
+	if (!sforge_front_mentions(spec, len)) {
+		// Nothing of sforge's: the shim would exec runc without parsing it.
+		free(spec);
+		argv[0] = c.runtime;
+		execve(c.runtime, argv, environ);
+		return;
+	}
+	static struct sforge_front_plan p;
+	int mine = strcmp(argv[i], "create") == 0 &&
+	           sforge_front_plan_create(argc - i - 1, argv + i + 1, spec, len, c.engine, getenv("LISTEN_FDS"), &p);
+	free(spec);
+	if (!mine)
+		return;
+	runc_log(argv, i, &c);
+	sforge_front_isolated_create(&c, argv, i, &p, &begin);
 }
 
 // For front_test.go: the lists compiled in (0 engines, 1 runc locations).

@@ -1,16 +1,33 @@
 #ifndef SFORGE_FRONT_H
 #define SFORGE_FRONT_H
 #include <stddef.h>
+#include <time.h>
 
-// What the front reads from the settings file and the environment.
+#include "allow.h"
+
+// What the front reads from the settings file, the environment and runc's
+// global flags.
 struct sforge_front_cfg {
 	char runtime[4096];
-	char engine[16];
+	char engine[16]; // $SFORGE_ENGINE, else the file's ("" for auto)
+	char log[4096];  // the shim's own log, "" for none
+	const char *runc_log, *runc_log_format;
+};
+
+// The arguments of create/run the front reads (shim.ParseArgs).
+struct sforge_front_create_args {
+	const char *bundle;   // "" for the working directory
+	const char *pid_file; // NULL when not given
+	const char *id;       // the first positional argument
+	int positional;       // how many there are
 };
 
 // sforge_front_command returns the index of the subcommand in args when it
 // is one the front execs straight away or create/run, -1 otherwise.
 int sforge_front_command(int argc, char **args);
+// sforge_front_create_args reads the arguments after create/run; 0 means
+// "not sure".
+int sforge_front_create_args(int argc, char **args, struct sforge_front_create_args *c);
 // sforge_front_bundle reads the bundle ("" for the working directory) from
 // the arguments after create/run; 0 means "not sure".
 int sforge_front_bundle(int argc, char **args, const char **bundle);
@@ -25,4 +42,31 @@ int sforge_front_runtime(struct sforge_front_cfg *c);
 // sforge_front_list returns the i-th entry of a list the front holds (0:
 // engine names, 1: the usual runc locations), NULL past its end.
 const char *sforge_front_list(int list, int i);
+
+// What the front installs for an isolated create (create.c).
+struct sforge_front_plan {
+	char id[256];
+	char table[64]; // policy.ChainName(id)
+	const char *pid_file;
+	// Where the allowlist is in the spec (policy.Lookup's choice), for
+	// the tests.
+	size_t value_off, value_n;
+	struct cfront_allowlist allow;
+};
+
+// sforge_front_plan_create decides whether the front does an isolated
+// create itself: args are the arguments after "create", spec the bundle's
+// config.json, engine the effective engine name, listen_fds $LISTEN_FDS.
+// 1 fills p; 0 leaves the create to the Go shim.
+int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const char *engine,
+                             const char *listen_fds, struct sforge_front_plan *p);
+// sforge_front_isolated_create runs runc create (argv is the whole
+// command line, argv[cmd] "create") and installs p: it exits, or returns
+// when the Go shim is to go on (sforge_front_created tells whether runc
+// has created the container by then). begin is when the front started.
+void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv, int cmd, struct sforge_front_plan *p,
+                                  const struct timespec *begin);
+// Set when runc has created the container and the Go shim must finish the
+// isolated create (install, or delete the container and fail).
+extern int sforge_front_created;
 #endif

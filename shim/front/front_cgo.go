@@ -11,3 +11,9 @@ import _ "github.com/sforge-dev/netiso/internal/cfront"
 
 // Built reports whether the front is compiled in (cgo builds).
 const Built = true
+
+// Created reports whether the front has run `runc create` for an isolated
+// container and left the rest to the Go shim (see create.c): the shim must
+// then install the rules in the created container, or delete it and fail,
+// and must not run runc create again.
+func Created() bool { return C.sforge_front_created != 0 }

@@ -4,3 +4,6 @@ package front
 
 // Built reports whether the front is compiled in (cgo builds).
 const Built = false
+
+// Created is false: without the front, the Go shim does every create.
+func Created() bool { return false }

@@ -89,3 +89,35 @@ func list(which int) []string {
 		l = append(l, C.GoString(p))
 	}
 }
+
+// planned is the front's plan for an isolated create.
+type planned struct {
+	id, table, pidFile string
+	value              []byte // the allowlist as written in the spec
+	endpoints, dns     int
+}
+
+// planCreate runs the front's create decision on the arguments after
+// "create" and a config.json; ok false leaves the create to the Go shim.
+func planCreate(args []string, spec []byte, engine, listenFDs string) (p planned, ok bool) {
+	cargs, free := cStrings(args)
+	defer free()
+	buf := C.CBytes(spec)
+	defer C.free(buf)
+	ceng, clisten := C.CString(engine), C.CString(listenFDs)
+	defer C.free(unsafe.Pointer(ceng))
+	defer C.free(unsafe.Pointer(clisten))
+	cp := (*C.struct_sforge_front_plan)(C.calloc(1, C.sizeof_struct_sforge_front_plan))
+	defer C.free(unsafe.Pointer(cp))
+	if C.sforge_front_plan_create(C.int(len(args)), &cargs[0], (*C.char)(buf), C.size_t(len(spec)), ceng, clisten, cp) == 0 {
+		return planned{}, false
+	}
+	return planned{
+		id:        C.GoString(&cp.id[0]),
+		table:     C.GoString(&cp.table[0]),
+		pidFile:   C.GoString(cp.pid_file),
+		value:     spec[cp.value_off : cp.value_off+cp.value_n],
+		endpoints: int(cp.allow.n_endpoints),
+		dns:       int(cp.allow.n_dns),
+	}, true
+}

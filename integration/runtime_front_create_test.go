@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/internal/testbundle"
+	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim/front"
+)
+
+// TestRuntimeFrontCreate: sforge-runtime's C front does the isolated
+// create of a container with a namespace of its own and no CAP_NET_RAW
+// (shim/front/create.c) through real runc: the rules are in the
+// container's namespace after create, before start, as the Go engine
+// checks them; config.json is left as it was; the shim logs the front's
+// line. When the front's engine does not install (here: a table of ours is
+// already there, made by a createRuntime hook), the Go shim finishes the
+// create it began. runc's own failure passes through, and a spec the shim
+// would change goes to the Go shim before anything is created.
+func TestRuntimeFrontCreate(t *testing.T) {
+	if !front.Built {
+		t.Fatal("the test binary was built without cgo: sforge-runtime's front is not tested")
+	}
+	const allow = "v1;tcp:198.51.100.10:8080;dns:10.0.0.2"
+	eng, err := engines.New(engines.NFTables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bundle makes a bundle; with raw, its process keeps CAP_NET_RAW.
+	bundle := func(t *testing.T, raw bool, edit func(*specs.Spec)) (*testbundle.Bundle, []byte) {
+		b := testbundle.New(t, testbundle.Options{
+			Annotations: map[string]string{policy.AnnotationKey: allow},
+			Checks:      []string{"loopback", "127.0.0.1"},
+			Edit: func(sp *specs.Spec) {
+				privateNetNS(sp)
+				if edit != nil {
+					edit(sp)
+				}
+			},
+		})
+		spec, err := os.ReadFile(filepath.Join(b.Dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(spec, []byte("CAP_NET_RAW")) != raw {
+			t.Fatalf("harness: CAP_NET_RAW in the bundle's spec: %v, want %v", !raw, raw)
+		}
+		return b, spec
+	}
+	// isolated creates the container, checks its rules and the spec, and
+	// runs it to the end; it returns the shim's log line for it.
+	isolated := func(t *testing.T, s *shimRuntime, b *testbundle.Bundle, spec []byte, id string) string {
+		t.Helper()
+		pid, err := s.create(t, b, id)
+		if err != nil {
+			t.Fatalf("create: %v\n%s", err, s.output(b, id))
+		}
+		if st := s.status(t, id); st != "created" {
+			t.Fatalf("status after create %q, want created", st)
+		}
+		if err := eng.Check(engine.Target{NetNS: fmt.Sprintf("/proc/%d/ns/net", pid), ID: id}, mustDecode(t, allow)); err != nil {
+			t.Fatalf("rules in the container's namespace after create, before start: %v", err)
+		}
+		if after, err := os.ReadFile(filepath.Join(b.Dir, "config.json")); err != nil || !bytes.Equal(after, spec) {
+			t.Fatalf("config.json changed by the create (%v):\n%s", err, after)
+		}
+		if b.Ran() {
+			t.Fatal("the container's process ran before start")
+		}
+		s.must(t, "start", id)
+		s.waitStopped(t, id)
+		if !b.Ran() {
+			t.Fatalf("the process did not run after start:\n%s", s.output(b, id))
+		}
+		s.must(t, "delete", id)
+		log, _ := os.ReadFile(s.logPath())
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "container "+id+": isolated before start (engine=nftables") {
+				return l
+			}
+		}
+		t.Fatalf("no install logged for %s:\n%s", id, log)
+		return ""
+	}
+
+	t.Run("installs", func(t *testing.T) {
+		s := newShimRuntime(t, engines.Auto)
+		b, spec := bundle(t, false, nil)
+		const id = "front-create"
+		line := isolated(t, s, b, spec, id)
+		t.Logf("shim log: %s", line)
+		table, err := policy.ChainName(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(line, "table="+table+" ") || !strings.Contains(line, "endpoints=1 resolvers=1") || !strings.HasSuffix(line, ` front=c)"`) ||
+			!strings.HasPrefix(line, `time="`) || !strings.Contains(line, ` level=info msg="sforge-runtime: container `) {
+			t.Fatalf("log line %q, want the front's", line)
+		}
+	})
+	t.Run("hands over", func(t *testing.T) {
+		const id = "front-handover"
+		table, err := policy.ChainName(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nft, err := exec.LookPath("nft")
+		if err != nil {
+			t.Fatalf("nft (the nftables package) is needed to make the table in the hook: %v", err)
+		}
+		// The hook runs in the runtime's namespaces, after runc made the
+		// container's: it makes a table of our name in the container's.
+		hook := filepath.Join(t.TempDir(), "make-table")
+		script := fmt.Sprintf("#!/bin/sh\npid=$(sed -n 's/.*\"pid\":\\([0-9][0-9]*\\).*/\\1/p')\nexec nsenter -t \"$pid\" -n %s add table inet %s\n", nft, table)
+		if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := newShimRuntime(t, engines.NFTables)
+		b, spec := bundle(t, false, func(sp *specs.Spec) {
+			sp.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: hook, Args: []string{"make-table"}}}}
+		})
+		if line := isolated(t, s, b, spec, id); !strings.Contains(line, " front=c+go)") {
+			t.Fatalf("log line %q, want the Go shim's after the front's create", line)
+		}
+	})
+	t.Run("runc fails", func(t *testing.T) {
+		s := newShimRuntime(t, engines.Auto)
+		b, _ := bundle(t, false, func(sp *specs.Spec) { sp.Process.Args = []string{"/no/such/program"} })
+		const id = "front-runc-fails"
+		_, err := s.create(t, b, id)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("create: %v, want runc's failure", err)
+		}
+		plainOut, perr := exec.Command(s.runc, "--root", s.root, "create", "--bundle", b.Dir, id+"-plain").CombinedOutput()
+		var pe *exec.ExitError
+		if !errors.As(perr, &pe) || pe.ExitCode() != ee.ExitCode() {
+			t.Fatalf("runc alone: %v (%s); through the front: status %d", perr, plainOut, ee.ExitCode())
+		}
+		if out := s.output(b, id); strings.Contains(out, "sforge-runtime") || !strings.Contains(out, "no such file or directory") {
+			t.Fatalf("create's output should be runc's alone:\n%s", out)
+		}
+		if st := s.status(t, id); st != "" {
+			t.Fatalf("container exists after a failed create: %s", st)
+		}
+		if log, _ := os.ReadFile(s.logPath()); bytes.Contains(log, []byte(id)) {
+			t.Fatalf("the shim logged a container runc did not create:\n%s", log)
+		}
+	})
+	t.Run("left to Go", func(t *testing.T) {
+		// With CAP_NET_RAW the shim drops it from config.json: the Go
+		// shim's work (it makes the namespace, here).
+		s := newShimRuntime(t, engines.Auto)
+		b, _ := bundle(t, true, func(sp *specs.Spec) {
+			sp.Process.Capabilities.Bounding = append(sp.Process.Capabilities.Bounding, "CAP_NET_RAW")
+		})
+		const id = "front-left-to-go"
+		if _, err := s.create(t, b, id); err != nil {
+			t.Fatalf("create: %v\n%s", err, s.output(b, id))
+		}
+		s.must(t, "delete", "--force", id)
+		log, _ := os.ReadFile(s.logPath())
+		if !bytes.Contains(log, []byte("container "+id+": isolated before start (netns=made-by-sforge")) || bytes.Contains(log, []byte("front=c")) {
+			t.Fatalf("shim log %q, want the Go shim's made namespace", log)
+		}
+	})
+}

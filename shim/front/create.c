@@ -1,0 +1,293 @@
+// The isolated create in C: what the Go shim does for a create (create.go,
+// modeAfterCreate), for the containers whose spec it would not change.
+//
+// Docker and containerd create most isolated containers with a network
+// namespace of their own, without CAP_NET_RAW when `sforge run` launched
+// them. For such a spec the Go shim has nothing to write into config.json;
+// what is left is its isolation: run `runc create`, then install the rules
+// in the namespace of the container's init process, which waits for `runc
+// start` and has run nothing of the user's. This file does that before the
+// Go runtime starts, with the C engine (internal/cfront/nft.h), and exits
+// 0 only once the rules are installed and read back. The Go shim's own
+// start (a Go process, as much as the whole install) is what it saves.
+//
+// Before runc create, anything the front is not sure of (a spec it does not
+// read as Go would, one Go would change or refuse, an engine other than
+// nftables, socket activation, no --pid-file) goes to the Go shim, which
+// decides as before. After it, the container exists: if the C engine did
+// not install (0), or the process or its namespace are not as expected, the
+// front hands the created container to the Go shim (sforge_front_created),
+// which installs with the Go engine or deletes the container and fails. Only
+// a thread that cannot leave the container's namespace (-1) ends here: the
+// front deletes the container and fails, with one line.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "allow.h"
+#include "cfront.h"
+#include "front.h"
+#include "nft.h"
+#include "spec.h"
+
+extern char **environ;
+
+// The largest config.json the front reads for a create.
+#define MAX_SPEC (16 << 20)
+
+// Set once runc has created the container and the front leaves the rest to
+// the Go shim (front.Created).
+int sforge_front_created;
+
+// runc's container ids (libcontainer's idRegex, ^[\w+-\.]+$).
+static int runc_id(const char *s) {
+	if (!*s || strlen(s) >= 256)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || strchr("_+-.", *s)))
+			return 0;
+	return 1;
+}
+
+int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const char *engine,
+                             const char *listen_fds, struct sforge_front_plan *p) {
+	struct sforge_front_create_args a;
+	struct cfront_oci sp;
+	memset(p, 0, sizeof *p);
+	// socket activation keeps runc's pid: the Go shim adds the hook.
+	if (listen_fds && *listen_fds)
+		return 0;
+	if (len > MAX_SPEC)
+		return 0; // the reader's bound (hook/state.go's), not the shim's: Go reads it
+
+	if (*engine && strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
+		return 0;
+	if (!sforge_front_create_args(argc, args, &a) || a.positional != 1 || !a.pid_file || !*a.pid_file || !runc_id(a.id))
+		return 0;
+	// The spec as the Go shim reads it (decide, Isolate, refuse): an
+	// allowlist, nothing else of sforge's, capabilities listed and none
+	// it would refuse or drop, a network namespace of its own (no path:
+	// neither given nor the host's) outside a user namespace.
+	if (!cfront_read_spec(spec, len, &sp) || sp.unsure || sp.other || !(sp.ann || sp.env))
+		return 0;
+	if (!sp.process || !sp.caps || sp.bad_cap || !sp.net || sp.path_n || sp.user)
+		return 0;
+	if (!(sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &p->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &p->allow)))
+		return 0; // Go refuses, with the decoder's message
+	if (!cfront_kernel_nft() || !cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
+		return 0;
+	p->value_off = (size_t)((sp.ann ? sp.ann_v : sp.env_v) - spec);
+	p->value_n = sp.ann ? sp.ann_n : sp.env_n;
+	strcpy(p->id, a.id);
+	p->pid_file = a.pid_file;
+	return 1;
+}
+
+static long long since(const struct timespec *t0, clockid_t clock) {
+	struct timespec t1;
+	clock_gettime(clock, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1000000000LL + (t1.tv_nsec - t0->tv_nsec);
+}
+
+// run_runtime is execRuntime.Run: the runtime as the front's child, with
+// the front's descriptors (stdio, --preserve-fds, the console socket),
+// environment and working directory, killed if the front dies. It returns
+// the exit status (128+n for signal n), or -1 when the runtime did not
+// start (nothing was created: the Go shim tries again and reports).
+static int run_runtime(const char *path, char **argv) {
+	int report[2];
+	if (pipe2(report, O_CLOEXEC) != 0)
+		return -1;
+	// A caller that ignores SIGCHLD would make its children reaped
+	// unseen: the front waits for this one.
+	signal(SIGCHLD, SIG_DFL);
+	pid_t parent = getpid(), pid = fork();
+	if (pid == 0) {
+		close(report[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(137);
+		execve(path, argv, environ);
+		int err = errno;
+		ssize_t w = write(report[1], &err, sizeof err);
+		(void)w;
+		_exit(127);
+	}
+	close(report[1]);
+	if (pid < 0) {
+		close(report[0]);
+		return -1;
+	}
+	int err = 0;
+	ssize_t k;
+	while ((k = read(report[0], &err, sizeof err)) < 0 && errno == EINTR)
+		;
+	close(report[0]);
+	int ws;
+	while (waitpid(pid, &ws, 0) < 0)
+		if (errno != EINTR)
+			return -1; // cannot happen for our own child; Go's to report
+	if (k > 0)
+		return -1; // the exec failed
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : -1;
+}
+
+// read_pid reads the pid runc wrote (readPIDFile); 0 when it cannot.
+static long read_pid(const char *path) {
+	char buf[32];
+	ssize_t n = cfront_read_small(path, buf, sizeof buf - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *p = buf, *end;
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	if (*p < '0' || *p > '9')
+		return 0;
+	long pid = strtol(p, &end, 10);
+	while (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')
+		end++;
+	return *end || pid <= 0 || pid > 1 << 22 ? 0 : pid;
+}
+
+// open_netns is openNetNSOf: the network namespace of process pid, opened
+// while a pidfd shows the process has not exited (so the namespace is not
+// that of a process that reused the pid); -1 when it cannot.
+static int open_netns(long pid) {
+	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (pidfd < 0)
+		return -1;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	close(pidfd);
+	return fd;
+}
+
+// host_netns reports whether the open namespace is the host's (init's or
+// the front's own; the front has one thread); -1 when it cannot tell.
+static int host_netns(int fd) {
+	static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return -1;
+	for (const char *const *h = host; *h; h++) {
+		int same = cfront_same_file(&st, *h);
+		if (same)
+			return same;
+	}
+	return 0;
+}
+
+// log_line is the shim's Logger.write: one line as runc's logrus writes
+// it, text (time="..." level=... msg="...") or json, appended to path.
+// The message holds no character that strconv.Quote or encoding/json
+// would escape (ids are runc's, the rest is the front's own words).
+static void log_line(const char *path, int json, const char *level, const char *msg) {
+	char line[2048], ts[64];
+	if (!path || !*path || !cfront_rfc3339(ts, sizeof ts, 0))
+		return;
+	int n = json ? snprintf(line, sizeof line, "{\"level\":\"%s\",\"msg\":\"sforge-runtime: %s\",\"time\":\"%s\"}\n", level, msg, ts)
+	             : snprintf(line, sizeof line, "time=\"%s\" level=%s msg=\"sforge-runtime: %s\"\n", ts, level, msg);
+	if (n > 0 && (size_t)n < sizeof line)
+		cfront_append(path, line, (size_t)n, 0644, 0755);
+}
+
+// delete_container is deleteContainer: `runc delete --force` with the
+// caller's global flags. It returns a note to add to the error ("" when
+// the container is gone).
+static const char *delete_container(const struct sforge_front_cfg *c, char **argv, int cmd, const char *id) {
+	char *del[300];
+	int n = 0;
+	del[n++] = (char *)c->runtime;
+	for (int i = 1; i < cmd && n < 290; i++)
+		del[n++] = argv[i];
+	del[n++] = "delete";
+	del[n++] = "--force";
+	del[n++] = (char *)id;
+	del[n] = NULL;
+	int code = run_runtime(c->runtime, del);
+	return code == 0 ? "" : code < 0 ? "; failed to delete the container: the runtime did not start"
+	                                 : "; failed to delete the container: runc delete --force failed";
+}
+
+void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv, int cmd, struct sforge_front_plan *p,
+                                  const struct timespec *begin) {
+	long long spec_ns = since(begin, CLOCK_MONOTONIC);
+	struct timespec t0, c0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	argv[0] = (char *)c->runtime;
+	int code = run_runtime(c->runtime, argv);
+	if (code < 0)
+		return; // nothing was created: the Go shim starts it and reports
+	if (code != 0)
+		_exit(code); // runc said why; it created nothing that outlives its failure
+	long long runc_ns = since(&t0, CLOCK_MONOTONIC);
+	// From here the container exists: everything ends in rules installed,
+	// a container deleted, or the Go shim doing one or the other.
+	sforge_front_created = 1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	struct rusage r0, r1;
+	getrusage(RUSAGE_THREAD, &r0);
+	long pid = read_pid(p->pid_file);
+	int fd = pid ? open_netns(pid) : -1;
+	if (fd < 0 || host_netns(fd) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return; // Go reads the pid file again, or says why, and deletes
+	}
+	int rules = cfront_nft_install(fd, p->table, &p->allow);
+	int err = errno;
+	close(fd);
+	if (rules == 0)
+		return; // nothing of ours left in the namespace: Go installs
+	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
+	getrusage(RUSAGE_THREAD, &r1);
+	char log_file[4096];
+	snprintf(log_file, sizeof log_file, "%s", c->log);
+	char msg[1536];
+	if (rules < 0) {
+		// The thread is still in the container's namespace: delete the
+		// container (runc needs no namespace of ours for that) and fail.
+		const char *del = delete_container(c, argv, cmd, p->id);
+		snprintf(msg, sizeof msg,
+		         "container %s refused: failed to install the egress rules: cannot return to the runtime's own network namespace (%s); "
+		         "the container was deleted without starting; start it again, with SFORGE_RUNTIME_NO_FRONT=1 in the runtime's environment if it recurs%s",
+		         p->id, strerror(err), del);
+		fprintf(stderr, "sforge-runtime: %s\n", msg);
+		log_line(c->runc_log, strcmp(c->runc_log_format, "json") == 0, "error", msg);
+		log_line(log_file, 0, "error", msg);
+		_exit(1);
+	}
+	// The Go shim's line (create.go), and the mark of the front: no
+	// capability to drop, so none is named.
+	char install[32], cpu[32], total[32], spec_d[32], runc_d[32];
+	cfront_duration(install, sizeof install, install_ns);
+	cfront_duration(cpu, sizeof cpu, cpu_ns);
+	cfront_duration(total, sizeof total, since(&t0, CLOCK_MONOTONIC));
+	cfront_duration(spec_d, sizeof spec_d, spec_ns);
+	cfront_duration(runc_d, sizeof runc_d, runc_ns);
+	snprintf(msg, sizeof msg,
+	         "container %s: isolated before start (engine=nftables table=%s rules=%d endpoints=%zu resolvers=%zu ipv6=filtered "
+	         "install=%s install-cpu=%s total=%s switches=%ld/%ld spec=%s runc=%s front=c)",
+	         p->id, p->table, rules, p->allow.n_endpoints, p->allow.n_dns, install, cpu, total,
+	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, spec_d, runc_d);
+	log_line(log_file, 0, "info", msg);
+	_exit(0);
+}
