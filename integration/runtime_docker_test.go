@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sforge-dev/netiso/internal/testdocker"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // TestRuntimeDocker is the Docker acceptance: a private dockerd (20.10,
@@ -68,7 +70,13 @@ func TestRuntimeDocker(t *testing.T) {
 	}
 
 	t.Run("isolated", func(t *testing.T) {
+		// sforge-runtime's C front does this create (it drops CAP_NET_RAW
+		// from config.json as the Go shim would): one more of its lines.
+		before := frontCreates(t)
 		out := run(t, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
+		if n := frontCreates(t); n != before+1 {
+			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+		}
 		t.Logf("isolated container's report:\n%s", out)
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
@@ -78,10 +86,10 @@ func TestRuntimeDocker(t *testing.T) {
 			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 		}
 	})
-	// A running isolated container: `docker exec` joins the namespace the
-	// shim made (through the container's process, not the spec's path,
-	// which named a descriptor of the shim's), with the same verdicts; and
-	// after `docker restart` (a new create) again.
+	// A running isolated container: `docker exec` joins the container's
+	// namespace (through its process: were the namespace the Go shim's,
+	// the spec's path would name a descriptor of the shim's), with the
+	// same verdicts; and after `docker restart` (a new create) again.
 	t.Run("exec and restart", func(t *testing.T) {
 		name := "isolated-long"
 		d.MustDocker(t, "run", "-d", "--name", name, "--runtime", "sforge", "--network", "sfnet", "-e", "SFORGE_EGRESS="+regAllowlist, image, "/bin/sleep", "300")
@@ -159,4 +167,25 @@ func TestRuntimeDocker(t *testing.T) {
 	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); strings.Contains(rts, `"sforge"`) {
 		t.Fatalf("dockerd still lists runtime sforge after uninstall: %s", rts)
 	}
+}
+
+// frontCreates counts the isolated creates sforge-runtime's C front has
+// logged, dropping CAP_NET_RAW, in the run's shim log.
+func frontCreates(t *testing.T) int {
+	return strings.Count(shimLog(t), " front=c), CAP_NET_RAW dropped")
+}
+
+// shimLog is the run's shim log (main_test.go).
+func shimLog(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(os.Getenv(shim.ConfigEnv))
+	if err != nil {
+		t.Fatalf("the run's shim settings: %v", err)
+	}
+	var cfg shim.Config
+	if err := json.Unmarshal(data, &cfg); err != nil || cfg.Log == "" {
+		t.Fatalf("the run's shim settings %q: %v", data, err)
+	}
+	log, _ := os.ReadFile(cfg.Log)
+	return string(log)
 }

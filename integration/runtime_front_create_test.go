@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,14 +21,14 @@ import (
 )
 
 // TestRuntimeFrontCreate: sforge-runtime's C front does the isolated
-// create of a container with a namespace of its own and no CAP_NET_RAW
-// (shim/front/create.c) through real runc: the rules are in the
+// create of a container with a namespace of its own (shim/front/create.c) through real runc: the rules are in the
 // container's namespace after create, before start, as the Go engine
 // checks them; config.json is left as it was; the shim logs the front's
 // line. When the front's engine does not install (here: a table of ours is
 // already there, made by a createRuntime hook), the Go shim finishes the
-// create it began. runc's own failure passes through, and a spec the shim
-// would change goes to the Go shim before anything is created.
+// create it began. CAP_NET_RAW is dropped from config.json as the Go shim
+// drops it; runc's own failure passes through; a spec the front does not
+// read without doubt goes to the Go shim before anything is created.
 func TestRuntimeFrontCreate(t *testing.T) {
 	if !front.Built {
 		t.Fatal("the test binary was built without cgo: sforge-runtime's front is not tested")
@@ -96,7 +97,12 @@ func TestRuntimeFrontCreate(t *testing.T) {
 
 	t.Run("installs", func(t *testing.T) {
 		s := newShimRuntime(t, engines.Auto)
-		b, spec := bundle(t, false, nil)
+		// An escape where the front does not read (encoding/json writes
+		// "&" as \u0026).
+		b, spec := bundle(t, false, func(sp *specs.Spec) { sp.Annotations["note"] = "a && b" })
+		if !bytes.Contains(spec, []byte(`\u0026`)) {
+			t.Fatal("harness: the spec holds no escape")
+		}
 		const id = "front-create"
 		line := isolated(t, s, b, spec, id)
 		t.Logf("shim log: %s", line)
@@ -158,13 +164,44 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatalf("the shim logged a container runc did not create:\n%s", log)
 		}
 	})
-	t.Run("left to Go", func(t *testing.T) {
-		// With CAP_NET_RAW the shim drops it from config.json: the Go
-		// shim's work (it makes the namespace, here).
+	t.Run("drops NET_RAW", func(t *testing.T) {
+		// As `docker run --runtime sforge -e SFORGE_EGRESS=...` has it:
+		// the front drops the capability from config.json, as the Go
+		// shim would, before runc reads it.
 		s := newShimRuntime(t, engines.Auto)
 		b, _ := bundle(t, true, func(sp *specs.Spec) {
-			sp.Process.Capabilities.Bounding = append(sp.Process.Capabilities.Bounding, "CAP_NET_RAW")
+			c := sp.Process.Capabilities
+			c.Bounding, c.Effective, c.Permitted = append(c.Bounding, "CAP_NET_RAW"), append(c.Effective, "CAP_NET_RAW"), append(c.Permitted, "CAP_NET_RAW")
 		})
+		const id = "front-drops-net-raw"
+		if _, err := s.create(t, b, id); err != nil {
+			t.Fatalf("create: %v\n%s", err, s.output(b, id))
+		}
+		spec := readSpec(t, b)
+		c := spec.Process.Capabilities
+		for _, set := range [][]string{c.Bounding, c.Effective, c.Permitted, c.Inheritable, c.Ambient} {
+			if slices.Contains(set, "CAP_NET_RAW") {
+				t.Fatalf("CAP_NET_RAW kept in config.json: %+v", c)
+			}
+		}
+		if len(c.Bounding) == 0 || len(c.Effective) == 0 {
+			t.Fatalf("capabilities lost with CAP_NET_RAW: %+v", c)
+		}
+		s.must(t, "start", id)
+		s.waitStopped(t, id)
+		s.must(t, "delete", id)
+		log, _ := os.ReadFile(s.logPath())
+		if !bytes.Contains(log, []byte("container "+id+": isolated before start (engine=nftables")) || !bytes.Contains(log, []byte(` front=c), CAP_NET_RAW dropped"`)) {
+			t.Fatalf("shim log %q, want the front's line", log)
+		}
+	})
+	t.Run("left to Go", func(t *testing.T) {
+		// A JSON escape in the environment (encoding/json writes "<" as
+		// \u003c): the front does not decode the strings it reads, the Go
+		// shim does the create (it makes the namespace, here). Escapes in
+		// what the front skips (arguments, other annotations) are fine.
+		s := newShimRuntime(t, engines.Auto)
+		b, _ := bundle(t, false, func(sp *specs.Spec) { sp.Process.Env = append(sp.Process.Env, "NOTE=<escaped>") })
 		const id = "front-left-to-go"
 		if _, err := s.create(t, b, id); err != nil {
 			t.Fatalf("create: %v\n%s", err, s.output(b, id))

@@ -25,10 +25,10 @@
 //
 // sforge-runtime's C front (package shim/front) takes the commonest case
 // before the Go runtime starts: the create of a container with a namespace
-// of its own and no CAP_NET_RAW to drop, whose config.json the shim would
-// not change. It does it the second way (runc create, then the rules) with
-// the C nftables engine, and hands the created container to the shim when
-// its engine did not install (Shim.Created, adopt).
+// of its own whose spec it reads without doubt. It does it the second way
+// (CAP_NET_RAW dropped, runc create, then the rules) with the C nftables
+// engine, and hands the created container to the shim when its engine did
+// not install (Shim.Created, adopt).
 //
 // A namespace given by path outlives the container, so its rules must be
 // removed when it is deleted: the shim adds sforge-hook as a poststop hook

@@ -3,8 +3,7 @@
 // before the container's process can run; everything else is exec'd
 // straight to runc. A C front (package shim/front) does most of it before
 // the Go runtime starts: the pass-through execs, and the isolated create of
-// a container with a namespace of its own and no CAP_NET_RAW. See package
-// shim.
+// a container with a namespace of its own. See package shim.
 package main
 
 import (

@@ -398,6 +398,9 @@ var decideCases = []struct {
 	{"dotless i", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_NET_ADMİN","cap_net_admın"]}},` + decideLinux + `}`, decideGo},
 	{"capability not forbidden", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_CAP_NET_ADMIN","NET_ADMINX","CAP_NET_BIND_SERVICE",null]}},` + decideLinux + `}`, decideInstall},
 	{"malformed", `{"annotations":{"sforge.io/egress":"v1"},` + decideProcess + `,` + decideLinux, decideGo},
+	{"escaped argument", `{"annotations":{"sforge.io/egress":"v1","note":"\u003c"},"process":{"args":["sh","-c","a \u0026\u0026 b"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"escaped annotation name", `{"annotations":{"sforge.io/egress":"v1","sforge.io\/egress":"v1;else:drop"},` + decideProcess + `,` + decideLinux + `}`, decideGo},
+	{"invalid escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\q"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
 }
 
 const (

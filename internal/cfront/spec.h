@@ -66,6 +66,45 @@ static inline int cfront_number(struct cfront_reader *r) {
 	return 1;
 }
 
+// cfront_escaped reads a string that may hold escapes, only to check it is
+// valid JSON (encoding/json accepts the same): *s and *n as cfront_span
+// gives them when it holds none; *s NULL when it does, since its bytes are
+// then not its value.
+static inline int cfront_escaped(struct cfront_reader *r, const char **s, size_t *n) {
+	if (!cfront_take(r, '"'))
+		return 0;
+	const char *b = r->p;
+	int esc = 0;
+	for (; r->p < r->end; r->p++) {
+		unsigned char c = (unsigned char)*r->p;
+		if (c == '"') {
+			*s = esc ? NULL : b;
+			*n = esc ? 0 : (size_t)(r->p - b);
+			r->p++;
+			return 1;
+		}
+		if (c < 0x20)
+			return 0;
+		if (c != '\\')
+			continue;
+		esc = 1;
+		if (++r->p >= r->end)
+			return 0;
+		if (*r->p == 'u') {
+			for (int k = 0; k < 4; k++)
+				if (++r->p >= r->end || !strchr("0123456789abcdefABCDEF", *r->p) || !*r->p)
+					return 0;
+		} else if (!strchr("\"\\/bfnrt", *r->p) || !*r->p) {
+			return 0;
+		}
+	}
+	return 0;
+}
+
+// cfront_object reads an object, calling one for each member. A name that
+// holds an escape reaches one as NULL (n 0): it is not its bytes, and
+// only a member that is skipped may have one (cfront_field says "not
+// sure" for NULL).
 static inline int cfront_object(struct cfront_json *j, cfront_member_fn one, void *ctx) {
 	if (!cfront_take(&j->r, '{') || ++j->depth > CFRONT_MAX_DEPTH)
 		return 0;
@@ -73,7 +112,7 @@ static inline int cfront_object(struct cfront_json *j, cfront_member_fn one, voi
 		do {
 			const char *key;
 			size_t n;
-			if (!cfront_span(&j->r, &key, &n) || !cfront_take(&j->r, ':') || !one(j, ctx, key, n))
+			if (!cfront_escaped(&j->r, &key, &n) || !cfront_take(&j->r, ':') || !one(j, ctx, key, n))
 				return 0;
 		} while (cfront_take(&j->r, ','));
 		if (!cfront_take(&j->r, '}'))
@@ -115,11 +154,13 @@ static inline int cfront_text(struct cfront_json *j, const char **s, size_t *n) 
 	return cfront_null(j) || cfront_span(&j->r, s, n);
 }
 
-static inline int cfront_text_element(struct cfront_json *j, void *ctx) {
+// cfront_skip_string skips a string whose value nothing reads (a
+// process's arguments, say: `sh -c 'a && b'` reaches config.json as
+// "a \u0026\u0026 b" from encoding/json).
+static inline int cfront_skip_string(struct cfront_json *j) {
 	const char *s;
 	size_t n;
-	(void)ctx;
-	return cfront_text(j, &s, &n);
+	return cfront_escaped(&j->r, &s, &n);
 }
 
 static inline int cfront_value(struct cfront_json *j) {
@@ -132,7 +173,7 @@ static inline int cfront_value(struct cfront_json *j) {
 	case '[':
 		return cfront_array(j, cfront_any_element, NULL);
 	case '"':
-		return cfront_text_element(j, NULL);
+		return cfront_skip_string(j);
 	case 't':
 		return cfront_word(j, "true");
 	case 'f':
@@ -156,8 +197,8 @@ static inline int cfront_ascii(const char *s, size_t n) {
 // names without regard to case, Unicode folding included), or a second
 // member of that name (the last one wins in Go).
 static inline int cfront_field(const char *const *names, unsigned *seen, const char *key, size_t n) {
-	if (!cfront_ascii(key, n))
-		return -2;
+	if (!key || !cfront_ascii(key, n))
+		return -2; // an escaped name, or not ASCII
 	for (int f = 0; names[f]; f++) {
 		if (strlen(names[f]) != n || strncasecmp(names[f], key, n) != 0)
 			continue;
@@ -179,6 +220,25 @@ static const char *const cfront_caps_names[] = {"bounding", "effective", "inheri
 static const char *const cfront_linux_names[] = {"namespaces", NULL};
 static const char *const cfront_ns_names[] = {"type", "path", NULL};
 
+// The most capabilities of one list whose places the reader keeps (there
+// are 41 capabilities); a longer list is left to Go by the shim's front.
+#define CFRONT_MAX_CAPS 64
+
+struct cfront_oci;
+
+// A capability list as it is in the document: the array's bytes from '['
+// to past ']', and its elements' (a string or null).
+struct cfront_caps_list {
+	struct cfront_oci *spec;
+	const char *at, *end; // NULL when the list is absent or null
+	size_t n;             // elements, counted past CFRONT_MAX_CAPS too
+	int raw;              // one of them is CAP_NET_RAW
+	struct {
+		const char *at, *end;
+		int raw;
+	} elem[CFRONT_MAX_CAPS];
+};
+
 struct cfront_oci {
 	int net; // a network namespace was found: the first one counts
 	const char *path;
@@ -195,8 +255,13 @@ struct cfront_oci {
 	const char *ann_v, *env_v;
 	size_t ann_n, env_n;
 	// checkCaps: a process, with a capabilities object, and a capability
-	// that is forbidden or that the front does not read as Go does.
-	int process, caps, bad_cap;
+	// that is forbidden or that the front does not read as Go does;
+	// admin_cap: one of those but CAP_NET_RAW (the shim's refusals).
+	int process, caps, bad_cap, admin_cap;
+	// The capability lists, by cfront_caps_names' order, where they are in
+	// the document: the shim's front drops CAP_NET_RAW from them as
+	// DropCapability does.
+	struct cfront_caps_list cap_lists[5];
 };
 
 // level is an object being read: the names seen in it, and the spec.
@@ -205,43 +270,78 @@ struct cfront_level {
 	struct cfront_oci *spec;
 };
 
-// cfront_forbidden mirrors checkCaps' test of one capability (canonicalCap, then
-// forbiddenCaps): any non-ASCII byte counts as forbidden, since
+// What a capability is to the Go code's tests (canonicalCap, then
+// checkCaps' forbiddenCaps or the shim's refuseCapabilities and
+// dropCapability).
+enum { CFRONT_CAP_OTHER, CFRONT_CAP_NET_RAW, CFRONT_CAP_ADMIN };
+
+// cfront_cap_kind reads one capability as canonicalCap does: any non-ASCII
+// byte counts as CFRONT_CAP_ADMIN (forbidden, refused), since
 // strings.ToUpper and TrimSpace read Unicode (ToUpper("ı") is "I").
-static inline int cfront_forbidden(const char *s, size_t n) {
-	static const char *const caps[] = {"NET_ADMIN", "NET_RAW", "SYS_ADMIN", NULL};
+static inline int cfront_cap_kind(const char *s, size_t n) {
 	char up[64];
 	if (!cfront_ascii(s, n))
-		return 1;
+		return CFRONT_CAP_ADMIN;
 	while (n && strchr(" \t\n\v\f\r", *s))
 		s++, n--;
 	while (n && strchr(" \t\n\v\f\r", s[n - 1]))
 		n--;
 	if (n >= sizeof up)
-		return 0; // longer than any capability: not one of ours
+		return CFRONT_CAP_OTHER; // longer than any capability: not one of ours
 	for (size_t i = 0; i < n; i++)
 		up[i] = s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i];
 	const char *c = up;
 	if (n >= 4 && memcmp(up, "CAP_", 4) == 0)
 		c += 4, n -= 4;
-	return cfront_in(caps, c, n);
+	if (n == 7 && memcmp(c, "NET_RAW", 7) == 0)
+		return CFRONT_CAP_NET_RAW;
+	if (n == 9 && (memcmp(c, "NET_ADMIN", 9) == 0 || memcmp(c, "SYS_ADMIN", 9) == 0))
+		return CFRONT_CAP_ADMIN;
+	return CFRONT_CAP_OTHER;
 }
 
+// cfront_forbidden mirrors checkCaps' test of one capability: NET_ADMIN,
+// NET_RAW, SYS_ADMIN, or anything not ASCII.
+static inline int cfront_forbidden(const char *s, size_t n) { return cfront_cap_kind(s, n) != CFRONT_CAP_OTHER; }
+
 static inline int cfront_cap_element(struct cfront_json *j, void *ctx) {
-	struct cfront_oci *sp = ctx;
+	struct cfront_caps_list *l = ctx;
+	struct cfront_oci *sp = l->spec;
 	const char *s;
 	size_t n;
+	cfront_ws(&j->r);
+	const char *at = j->r.p;
 	if (!cfront_text(j, &s, &n))
 		return 0;
-	if (s && cfront_forbidden(s, n)) // null is "" in a []string: not forbidden
-		sp->bad_cap = 1;
+	int kind = s ? cfront_cap_kind(s, n) : CFRONT_CAP_OTHER; // null is "" in a []string
+	sp->bad_cap |= kind != CFRONT_CAP_OTHER;
+	sp->admin_cap |= kind == CFRONT_CAP_ADMIN;
+	if (kind == CFRONT_CAP_NET_RAW)
+		l->raw = 1;
+	if (l->n < CFRONT_MAX_CAPS) {
+		l->elem[l->n].at = at;
+		l->elem[l->n].end = j->r.p;
+		l->elem[l->n].raw = kind == CFRONT_CAP_NET_RAW;
+	}
+	l->n++;
 	return 1;
 }
 
 static inline int cfront_caps_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
 	struct cfront_level *l = ctx;
 	int f = cfront_field(cfront_caps_names, &l->seen, key, n);
-	return f == -1 ? cfront_value(j) : f >= 0 && (cfront_null(j) || cfront_array(j, cfront_cap_element, l->spec));
+	if (f < 0)
+		return f == -1 && cfront_value(j);
+	if (cfront_null(j))
+		return 1;
+	struct cfront_caps_list *list = &l->spec->cap_lists[f];
+	*list = (struct cfront_caps_list){.spec = l->spec};
+	cfront_ws(&j->r);
+	list->at = j->r.p;
+	if (!cfront_array(j, cfront_cap_element, list))
+		return 0;
+	list->end = j->r.p;
+	return 1;
 }
 
 // The environment form of the allowlist: policy.EnvVar and "=".
@@ -282,17 +382,23 @@ static inline int cfront_process_member(struct cfront_json *j, void *ctx, const 
 
 static inline int cfront_annotation_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
 	struct cfront_oci *sp = ctx;
-	const char *s;
-	size_t sn;
-	if (!cfront_text(j, &s, &sn))
+	const char *s = NULL;
+	size_t sn = 0;
+	// A value with escapes is read for its syntax only (s NULL): it
+	// matters only when it is sforge's.
+	if (!cfront_null(j) && !cfront_escaped(&j->r, &s, &sn))
 		return 0;
+	if (!key) {
+		sp->unsure = 1; // an escaped name may spell sforge's
+		return 1;
+	}
 	if (n != sizeof EGRESS_ANNOTATION - 1 || memcmp(key, EGRESS_ANNOTATION, n) != 0) {
 		if (n >= sizeof SFORGE_PREFIX - 1 && memcmp(key, SFORGE_PREFIX, sizeof SFORGE_PREFIX - 1) == 0)
 			sp->other = 1;
 		return 1;
 	}
 	if (sp->ann || !s || !cfront_ascii(s, sn))
-		sp->unsure = 1; // the last one wins in Go; null is ""
+		sp->unsure = 1; // the last one wins in Go; null is ""; escaped
 	sp->ann = 1, sp->ann_v = s, sp->ann_n = sn;
 	return 1;
 }

@@ -1,24 +1,26 @@
-// The isolated create in C: what the Go shim does for a create (create.go,
-// modeAfterCreate), for the containers whose spec it would not change.
+// The isolated create in C: what the Go shim does for a create of a
+// container whose namespace it does not make (create.go, modeAfterCreate),
+// for the containers with a network namespace of their own.
 //
 // Docker and containerd create most isolated containers with a network
-// namespace of their own, without CAP_NET_RAW when `sforge run` launched
-// them. For such a spec the Go shim has nothing to write into config.json;
-// what is left is its isolation: run `runc create`, then install the rules
-// in the namespace of the container's init process, which waits for `runc
-// start` and has run nothing of the user's. This file does that before the
-// Go runtime starts, with the C engine (internal/cfront/nft.h), and exits
-// 0 only once the rules are installed and read back. The Go shim's own
-// start (a Go process, as much as the whole install) is what it saves.
+// namespace of their own. For such a spec the Go shim writes at most one
+// change into config.json (CAP_NET_RAW dropped; `sforge run` has Docker
+// leave it out already); the rest is its isolation: run `runc create`,
+// then install the rules in the namespace of the container's init process,
+// which waits for `runc start` and has run nothing of the user's. This file
+// does that before the Go runtime starts, with the C engine
+// (internal/cfront/nft.h), and exits 0 only once the rules are installed
+// and read back. The Go shim's own start (a Go process, more than the whole
+// install) is what it saves.
 //
 // Before runc create, anything the front is not sure of (a spec it does not
-// read as Go would, one Go would change or refuse, an engine other than
-// nftables, socket activation, no --pid-file) goes to the Go shim, which
-// decides as before. After it, the container exists: if the C engine did
-// not install (0), or the process or its namespace are not as expected, the
-// front hands the created container to the Go shim (sforge_front_created),
-// which installs with the Go engine or deletes the container and fails. Only
-// a thread that cannot leave the container's namespace (-1) ends here: the
+// read as Go would, one Go would refuse, an engine other than nftables,
+// socket activation, no --pid-file) goes to the Go shim, which decides as
+// before. After it, the container exists: if the C engine did not install
+// (0), or the process or its namespace are not as expected, the front hands
+// the created container to the Go shim (sforge_front_created), which
+// installs with the Go engine or deletes the container and fails. Only a
+// thread that cannot leave the container's namespace (-1) ends here: the
 // front deletes the container and fails, with one line.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,6 +62,98 @@ static int runc_id(const char *s) {
 	return 1;
 }
 
+// drop_net_raw is Spec.DropCapability("CAP_NET_RAW") on the document: the
+// capability lists that hold it are written anew without it (the kept
+// elements joined by ",", a null one as "", which is what it decodes to
+// and what Go writes back), every other byte as it is. encoding/json reads
+// the result to what it reads the Go shim's rewrite to. It returns the new
+// document (the caller frees it), NULL when a list is longer than the
+// reader kept or there is no memory.
+static char *drop_net_raw(const char *spec, size_t len, const struct cfront_oci *sp, size_t *n) {
+	const struct cfront_caps_list *lists[5];
+	int k = 0;
+	for (int i = 0; i < 5; i++) {
+		const struct cfront_caps_list *l = &sp->cap_lists[i];
+		if (!l->raw)
+			continue;
+		if (l->n > CFRONT_MAX_CAPS)
+			return NULL;
+		int at = k++;
+		for (; at > 0 && lists[at - 1]->at > l->at; at--) // in document order
+			lists[at] = lists[at - 1];
+		lists[at] = l;
+	}
+	char *out = malloc(len + 1);
+	if (!out)
+		return NULL;
+	const char *from = spec;
+	*n = 0;
+	for (int i = 0; i < k; i++) {
+		const struct cfront_caps_list *l = lists[i];
+		memcpy(out + *n, from, (size_t)(l->at - from));
+		*n += (size_t)(l->at - from);
+		out[(*n)++] = '[';
+		int first = 1;
+		for (size_t e = 0; e < l->n; e++) {
+			if (l->elem[e].raw)
+				continue;
+			if (!first)
+				out[(*n)++] = ',';
+			first = 0;
+			size_t w = (size_t)(l->elem[e].end - l->elem[e].at);
+			if (w == 4 && memcmp(l->elem[e].at, "null", 4) == 0)
+				memcpy(out + *n, "\"\"", w = 2);
+			else
+				memcpy(out + *n, l->elem[e].at, w);
+			*n += w;
+		}
+		out[(*n)++] = ']';
+		from = l->end;
+	}
+	memcpy(out + *n, from, (size_t)(spec + len - from));
+	*n += (size_t)(spec + len - from);
+	return out;
+}
+
+// write_spec is the shim's Spec.Flush (replaceFile): the document in a
+// temporary file beside <bundle>/config.json, with its mode, renamed over
+// it. 0 when it cannot (the Go shim tries again and reports).
+static int write_spec(const char *bundle, const char *data, size_t n) {
+	char path[4096], tmp[4096 + 32];
+	size_t b = strlen(bundle);
+	if (b && bundle[b - 1] == '/')
+		b--; // strings.TrimSuffix(bundle, "/")
+	if (b + sizeof "/config.json" + sizeof ".config.json.sforge-XXXXXX" > sizeof path)
+		return 0;
+	if (b)
+		snprintf(path, sizeof path, "%.*s/config.json", (int)b, bundle);
+	else
+		strcpy(path, "config.json");
+	const char *slash = strrchr(path, '/');
+	size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
+	snprintf(tmp, sizeof tmp, "%.*s.config.json.sforge-XXXXXX", (int)dir, path);
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return 0;
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	size_t off = 0;
+	while (off < n) {
+		ssize_t w = write(fd, data + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	int ok = off == n && fchmod(fd, st.st_mode & 0777) == 0;
+	ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
+	if (!ok)
+		unlink(tmp);
+	return ok;
+}
+
 int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const char *engine,
                              const char *listen_fds, struct sforge_front_plan *p) {
 	struct sforge_front_create_args a;
@@ -77,20 +171,24 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		return 0;
 	// The spec as the Go shim reads it (decide, Isolate, refuse): an
 	// allowlist, nothing else of sforge's, capabilities listed and none
-	// it would refuse or drop, a network namespace of its own (no path:
-	// neither given nor the host's) outside a user namespace.
+	// it would refuse (CAP_NET_RAW it drops, below), a network namespace
+	// of its own (no path: neither given nor the host's) outside a user
+	// namespace.
 	if (!cfront_read_spec(spec, len, &sp) || sp.unsure || sp.other || !(sp.ann || sp.env))
 		return 0;
-	if (!sp.process || !sp.caps || sp.bad_cap || !sp.net || sp.path_n || sp.user)
+	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.path_n || sp.user)
 		return 0;
 	if (!(sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &p->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &p->allow)))
 		return 0; // Go refuses, with the decoder's message
 	if (!cfront_kernel_nft() || !cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
 		return 0;
+	if (sp.bad_cap && !(p->edited = drop_net_raw(spec, len, &sp, &p->edited_n)))
+		return 0; // a list too long to keep, or no memory
 	p->value_off = (size_t)((sp.ann ? sp.ann_v : sp.env_v) - spec);
 	p->value_n = sp.ann ? sp.ann_n : sp.env_n;
 	strcpy(p->id, a.id);
 	p->pid_file = a.pid_file;
+	p->bundle = a.bundle;
 	return 1;
 }
 
@@ -228,6 +326,10 @@ static const char *delete_container(const struct sforge_front_cfg *c, char **arg
 
 void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv, int cmd, struct sforge_front_plan *p,
                                   const struct timespec *begin) {
+	// The spec as the Go shim writes it before runc create: without
+	// CAP_NET_RAW.
+	if (p->edited && !write_spec(p->bundle, p->edited, p->edited_n))
+		return; // nothing was created: the Go shim writes it, or says why
 	long long spec_ns = since(begin, CLOCK_MONOTONIC);
 	struct timespec t0, c0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -275,8 +377,8 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 		log_line(log_file, 0, "error", msg);
 		_exit(1);
 	}
-	// The Go shim's line (create.go), and the mark of the front: no
-	// capability to drop, so none is named.
+	// The Go shim's line (create.go), and the mark of the front; it names
+	// CAP_NET_RAW only when it was in the spec.
 	char install[32], cpu[32], total[32], spec_d[32], runc_d[32];
 	cfront_duration(install, sizeof install, install_ns);
 	cfront_duration(cpu, sizeof cpu, cpu_ns);
@@ -285,9 +387,9 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	cfront_duration(runc_d, sizeof runc_d, runc_ns);
 	snprintf(msg, sizeof msg,
 	         "container %s: isolated before start (engine=nftables table=%s rules=%d endpoints=%zu resolvers=%zu ipv6=filtered "
-	         "install=%s install-cpu=%s total=%s switches=%ld/%ld spec=%s runc=%s front=c)",
+	         "install=%s install-cpu=%s total=%s switches=%ld/%ld spec=%s runc=%s front=c)%s",
 	         p->id, p->table, rules, p->allow.n_endpoints, p->allow.n_dns, install, cpu, total,
-	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, spec_d, runc_d);
+	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, spec_d, runc_d, p->edited ? ", CAP_NET_RAW dropped" : "");
 	log_line(log_file, 0, "info", msg);
 	_exit(0);
 }

@@ -4,9 +4,11 @@ package front
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,9 +34,15 @@ var planCases = []struct {
 	{"other members", `{"ociVersion":"1.0.2","hooks":{"prestart":[{"path":"/x"}]},"root":{"path":"rootfs"},"annotations":{"a":"b","sforge.io/egress":"v1"},` + planProcess + `,` + planLinux + `}`, true},
 	{"empty capabilities", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{}},` + planLinux + `}`, true},
 	{"capability not forbidden", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_CAP_NET_RAW","NET_RAWX",null]}},` + planLinux + `}`, true},
-	// The Go shim's: it changes the spec, refuses, or decides otherwise.
-	{"NET_RAW", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_RAW"]}},` + planLinux + `}`, false},
-	{"net_raw spelled loosely", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"ambient":[" net_raw "]}},` + planLinux + `}`, false},
+	// Escapes where nothing reads the value (encoding/json writes "&" as
+	// \u0026: `sh -c 'a && b'`).
+	{"escaped argument", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["sh","-c","a \u0026\u0026 b \"\\/\n\ud800"],` + planCaps + `},` + planLinux + `}`, true},
+	{"escaped name, skipped", `{"hooks":{"pre\u0073tart":[{"path":"/x"}]},"annotations":{"sforge.io/egress":"v1","note":"\u003c"},` + planProcess + `,` + planLinux + `}`, true},
+	// CAP_NET_RAW dropped from config.json first, as the Go shim does.
+	{"NET_RAW", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_RAW"]}},` + planLinux + `}`, true},
+	{"net_raw spelled loosely", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"ambient":[" net_raw ", "CAP_KILL"]}},` + planLinux + `}`, true},
+	{"NET_RAW everywhere", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"permitted" : [ null, "CAP_NET_RAW" ,"CAP_CHOWN", "cap_net_raw"],"bounding":["CAP_NET_RAW","CAP_NET_RAW"],"effective":["X"]}},` + planLinux + `}`, true},
+	// The Go shim's: it refuses, or decides otherwise.
 	{"NET_ADMIN", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"effective":["CAP_NET_ADMIN"]}},` + planLinux + `}`, false},
 	{"SYS_ADMIN", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"permitted":["sys_admin"]}},` + planLinux + `}`, false},
 	{"no capabilities", `{"annotations":{"sforge.io/egress":"v1"},"process":{},` + planLinux + `}`, false},
@@ -47,6 +55,12 @@ var planCases = []struct {
 	{"invalid allowlist", `{"annotations":{"sforge.io/egress":"v2"},` + planProcess + `,` + planLinux + `}`, false},
 	{"env twice, different", `{"process":{"env":["SFORGE_EGRESS=v1","SFORGE_EGRESS=v1;else:drop"],` + planCaps + `},` + planLinux + `}`, false},
 	{"escaped", `{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:\u0034"},` + planProcess + `,` + planLinux + `}`, false},
+	{"escaped annotation name", `{"annotations":{"sforge.io/egress":"v1","sforge.io\/preisolated-netns":"/proc/1/fd/3"},` + planProcess + `,` + planLinux + `}`, false},
+	{"escaped member name", `{"annotations":{"sforge.io/egress":"v1"},"pro\u0063ess":{},` + planProcess + `,` + planLinux + `}`, false},
+	{"escaped environment", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["A=\u003c"],` + planCaps + `},` + planLinux + `}`, false},
+	{"escaped capability", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_\u0052AW"]}},` + planLinux + `}`, false},
+	{"invalid escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\x"],` + planCaps + `},` + planLinux + `}`, false},
+	{"short escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\u12"],` + planCaps + `},` + planLinux + `}`, false},
 	{"folded name", `{"annotations":{"sforge.io/egress":"v1"},"Process":{},` + planProcess + `,` + planLinux + `}`, false},
 	{"malformed", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,` + planLinux, false},
 }
@@ -104,23 +118,23 @@ func TestPlanCreateArgs(t *testing.T) {
 }
 
 // TestPlanCreateEngineSpecs: the config.json Docker wrote on this kind of
-// machine, with an allowlist and without CAP_NET_RAW (`sforge run` drops
-// it), is one the front creates itself. (podman's names its namespace by
-// path, and goes through the hook: hook/front.)
+// machine, with an allowlist, is one the front creates itself: as `docker
+// run --runtime sforge -e SFORGE_EGRESS=...` has it (CAP_NET_RAW granted,
+// which the front drops), and as `sforge run` has it (--cap-drop NET_RAW).
+// (podman's names its namespace by path, and goes through the hook:
+// hook/front.)
 func TestPlanCreateEngineSpecs(t *testing.T) {
-	for _, name := range []string{"docker-20.10-config.json"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "bench", "testdata", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = bytes.Replace(b, []byte(`"env": [`), []byte(`"env": ["SFORGE_EGRESS=v1;tcp:10.1.2.3:443",`), 1)
-		if checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
-			t.Errorf("%s with CAP_NET_RAW: the front creates, want the Go shim (it drops the capability)", name)
-		}
-		b = regexp.MustCompile(`"CAP_NET_RAW",\s*`).ReplaceAll(b, nil)
-		if !checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
-			t.Errorf("%s: the front leaves it to Go, want it to create", name)
-		}
+	b, err := os.ReadFile(filepath.Join("..", "..", "bench", "testdata", "docker-20.10-config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`"env": [`), []byte(`"env": ["SFORGE_EGRESS=v1;tcp:10.1.2.3:443",`), 1)
+	if !checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
+		t.Error("Docker's spec with CAP_NET_RAW: the front leaves it to Go, want it to create")
+	}
+	b = regexp.MustCompile(`"CAP_NET_RAW",\s*`).ReplaceAll(b, nil)
+	if !checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
+		t.Error("Docker's spec without CAP_NET_RAW: the front leaves it to Go, want it to create")
 	}
 }
 
@@ -208,8 +222,26 @@ func checkPlanAgrees(t *testing.T, spec []byte, after []string, engineName, list
 	if len(rt.runs) != 1 || !slices.Equal(rt.runs[0], goArgs) {
 		t.Fatalf("the front runs runc create with %q, the Go shim ran %q", goArgs, rt.runs)
 	}
-	if after, err := os.ReadFile(config); err != nil || !bytes.Equal(after, spec) {
-		t.Fatalf("the front leaves config.json as it is, the Go shim wrote %q (%v)", after, err)
+	written, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.edited == nil && !bytes.Equal(written, spec) {
+		t.Fatalf("the front leaves config.json as it is, the Go shim wrote %q", written)
+	}
+	if p.edited != nil {
+		// Not the same bytes (Go writes the document anew, members
+		// sorted), the same document.
+		var c, g any
+		if err := json.Unmarshal(p.edited, &c); err != nil {
+			t.Fatalf("the front would write %q, not JSON: %v", p.edited, err)
+		}
+		if err := json.Unmarshal(written, &g); err != nil || !reflect.DeepEqual(c, g) {
+			t.Fatalf("%q: the front would write %q, the Go shim wrote %q (%v)", spec, p.edited, written, err)
+		}
+		if bytes.Contains(p.edited, []byte(`"CAP_NET_RAW"`)) {
+			t.Fatalf("the front would keep CAP_NET_RAW: %q", p.edited)
+		}
 	}
 	if len(rec.installs) != 1 {
 		t.Fatalf("the front installs for %q, the Go shim installed %d times", spec, len(rec.installs))

@@ -6,11 +6,11 @@
 // config.json mentions nothing of sforge's (front.c).
 //
 // And it does the isolated create of the commonest isolated container, one
-// with a network namespace of its own and no CAP_NET_RAW (Docker and
-// containerd as `sforge run` launches them): the Go shim would change
-// nothing in its config.json, only run `runc create` and install the rules
-// in the created container's namespace before returning (create.go,
-// modeAfterCreate). The front does the same with the C nftables engine
+// with a network namespace of its own (Docker's and containerd's default),
+// the way the Go shim does it for a namespace given by path (create.go,
+// modeAfterCreate): CAP_NET_RAW dropped from config.json, `runc create` as
+// its child, then the rules in the created container's namespace before it
+// returns. The front does that with the C nftables engine
 // (internal/cfront/nft.h) and exits 0 once the rules are read back
 // (create.c). Before runc runs, anything it is not sure of goes to the Go
 // shim; after, a container it could not isolate is handed to the Go shim
@@ -30,7 +30,7 @@
 // environment (known global flags, a subcommand in its list, a settings
 // file in the strict subset that `sforge install` writes, a runtime that is
 // not sforge-runtime itself), and it creates only what the Go shim would
-// create the same way; in every other case it returns and the Go shim runs
+// accept, with the config.json the Go shim would write; in every other case it returns and the Go shim runs
 // as before. front_test.go and create_test.go check the C readers and the
 // create decision against the Go ones (also as fuzz targets), and the
 // integration tests run the same command lines with and without it

@@ -48,6 +48,11 @@ struct sforge_front_plan {
 	char id[256];
 	char table[64]; // policy.ChainName(id)
 	const char *pid_file;
+	const char *bundle; // "" for the working directory
+	// The spec without CAP_NET_RAW, to write before runc create (malloc'd;
+	// NULL when the spec holds none).
+	char *edited;
+	size_t edited_n;
 	// Where the allowlist is in the spec (policy.Lookup's choice), for
 	// the tests.
 	size_t value_off, value_n;

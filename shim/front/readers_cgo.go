@@ -95,6 +95,7 @@ type planned struct {
 	id, table, pidFile string
 	value              []byte // the allowlist as written in the spec
 	endpoints, dns     int
+	edited             []byte // the spec to write before runc create, nil for none
 }
 
 // planCreate runs the front's create decision on the arguments after
@@ -112,7 +113,13 @@ func planCreate(args []string, spec []byte, engine, listenFDs string) (p planned
 	if C.sforge_front_plan_create(C.int(len(args)), &cargs[0], (*C.char)(buf), C.size_t(len(spec)), ceng, clisten, cp) == 0 {
 		return planned{}, false
 	}
+	var edited []byte
+	if cp.edited != nil {
+		edited = C.GoBytes(unsafe.Pointer(cp.edited), C.int(cp.edited_n))
+		C.free(unsafe.Pointer(cp.edited))
+	}
 	return planned{
+		edited:    edited,
 		id:        C.GoString(&cp.id[0]),
 		table:     C.GoString(&cp.table[0]),
 		pidFile:   C.GoString(cp.pid_file),
