@@ -239,11 +239,17 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 	}
 
 	var results []concurrentResult
-	for _, shared := range []bool{false, true} {
-		name := "runc, private netns each"
-		if shared {
-			name = "runc, one netns by path for all"
-		}
+	for k, sc := range []struct {
+		name   string
+		shared bool
+		drop   []string
+	}{
+		{"runc, private netns each", false, nil},
+		// As `sforge run` launches them: the C front's isolated create.
+		{"runc, private netns, no NET_RAW", false, []string{"CAP_NET_RAW"}},
+		{"runc, one netns by path for all", true, nil},
+	} {
+		name, shared := sc.name, sc.shared
 		if !keep(name) {
 			continue
 		}
@@ -251,30 +257,33 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		if shared {
 			netns = testenv.NewNetNS(b).Path()
 		}
-		log := filepath.Join(dir, fmt.Sprintf("runtime-%v.log", shared))
-		cfg := filepath.Join(dir, fmt.Sprintf("runtime-%v.json", shared))
+		log := filepath.Join(dir, fmt.Sprintf("runtime-%d.log", k))
+		cfg := filepath.Join(dir, fmt.Sprintf("runtime-%d.json", k))
 		data, _ := json.Marshal(map[string]string{"runtime": runc, "hook": hookBin, "log": log, "engine": engines.Auto})
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
 		// SFORGE_HOOK_LOG: the poststop hook the shim adds for the shared
 		// namespace logs there, not to the host's /var/log/sforge.
-		hookLog := filepath.Join(dir, fmt.Sprintf("hook-%v.log", shared))
-		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%v", shared)),
+		hookLog := filepath.Join(dir, fmt.Sprintf("hook-%d.log", k))
+		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%d", k)),
 			Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog)}
 		bundles := make([]*lifecycle.Bundle, concurrentContainers)
 		for i := range bundles {
-			bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("c-%v-%d", shared, i)), lifecycle.Options{
-				Template: "testdata/docker-20.10-config.json", NetNS: netns, Env: []string{allow}, Busybox: busybox})
+			bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("c-%d-%d", k, i)), lifecycle.Options{
+				Template: "testdata/docker-20.10-config.json", NetNS: netns, DropCaps: sc.drop, Env: []string{allow}, Busybox: busybox})
 			if err != nil {
 				b.Fatal(err)
 			}
 			bundles[i] = bd
 		}
 		res := concurrentResult{name: name}
-		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%v", shared), bursts, &res)
+		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%d", k), bursts, &res)
 		res.isolation, res.cpu = shimInstallTimes(b, log, ids)
 		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
+		if data, _ := os.ReadFile(log); sc.drop != nil && strings.Count(string(data), " front=c)") != len(ids) {
+			b.Fatalf("%s: %d of %d installs by the C front", name, strings.Count(string(data), " front=c)"), len(ids))
+		}
 		if shared {
 			n, err := nsFromPath(netns)
 			if err != nil {

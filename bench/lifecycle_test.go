@@ -50,6 +50,9 @@ type lcContender struct {
 	base        *lcContender // the same container without isolation
 	rt          *lifecycle.Runtime
 	bundle      *lifecycle.Bundle
+	// mark is in every install line of this contender's (" front=c)":
+	// the C front installed, not the Go shim).
+	mark string
 	// isoLog is the shim's or the hook's log, from which each container's
 	// isolation time is read (seed contenders measure it directly).
 	isoLog, isoKind string
@@ -94,6 +97,9 @@ func (c *lcContender) isolationTimes(tb testing.TB) {
 			tb.Fatalf("%s: container %s was not isolated (no install line in %s):\n%s", c.name, id, c.isoLog, b)
 		}
 		c.iso = append(c.iso, d)
+	}
+	if c.mark != "" && strings.Count(string(b), c.mark) != len(c.ids) {
+		tb.Fatalf("%s: %d of %d installs logged with %q:\n%s", c.name, strings.Count(string(b), c.mark), len(c.ids), c.mark, b)
 	}
 }
 
@@ -172,10 +178,25 @@ func BenchmarkLifecycle(b *testing.B) {
 		return add(&lcContender{group: group, name: "plain runc", rt: plainRT,
 			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: drop})})
 	}
-	shim := func(group, template, netns string, base *lcContender, engineName string, size int) {
+	// shim: the spec as Docker writes it (CAP_NET_RAW granted, which the
+	// shim drops from config.json), or with asRun as `sforge run` has
+	// Docker write it (--cap-drop NET_RAW: nothing to change).
+	shim := func(group, template, netns string, base *lcContender, engineName string, size int, asRun bool) {
 		rt, log := shimRT(engineName)
-		add(&lcContender{group: group, name: fmt.Sprintf("sforge-runtime, %s, %d", engineName, size), base: base, rt: rt,
-			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, size)}}),
+		name, drop, mark := fmt.Sprintf("sforge-runtime, %s, %d", engineName, size), []string(nil), ""
+		if asRun {
+			name, drop = name+", no NET_RAW (sforge run)", []string{"CAP_NET_RAW"}
+		}
+		// Docker's spec with a namespace of its own: the C front's create,
+		// and every install must say so.
+		if engineName == engines.NFTables && netns == "" && template == docker {
+			mark = ` front=c), CAP_NET_RAW dropped"`
+			if asRun {
+				mark = ` front=c)"`
+			}
+		}
+		add(&lcContender{group: group, name: name, base: base, rt: rt, mark: mark,
+			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: drop, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, size)}}),
 			isoLog: log, isoKind: "shim", isolated: true})
 	}
 	hookBinary := func(bin, label, group, template, netns string, base *lcContender, engineName string, size int) {
@@ -222,8 +243,11 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 	for _, e := range []string{engines.NFTables, engines.IPTables} {
 		for _, size := range []int{4, 256} {
-			shim(g, docker, "", base, e, size)
+			shim(g, docker, "", base, e, size, false)
 		}
+	}
+	for _, size := range []int{4, 256} {
+		shim(g, docker, "", base, engines.NFTables, size, true)
 	}
 	{
 		rt, _ := shimRTBin(pureGoShimBin, engines.Auto)
@@ -273,13 +297,13 @@ func BenchmarkLifecycle(b *testing.B) {
 	hookBinary(pureGoHookBin, "pure-Go sforge-hook", g, podman, "", base, engines.NFTables, 4)
 	g = "netns by path (--network container:X, pods; poststop removes)"
 	base = plain(g, docker, pathNS.Path(), nil)
-	shim(g, docker, pathNS.Path(), base, engines.NFTables, 4)
+	shim(g, docker, pathNS.Path(), base, engines.NFTables, 4, false)
 	base = plain(g, podman, pathNS.Path(), []string{"CAP_NET_RAW"})
 	hook(g, podman, pathNS.Path(), base, engines.NFTables, 4)
 	hookBinary(pureGoHookBin, "pure-Go sforge-hook", g, podman, pathNS.Path(), base, engines.NFTables, 4)
 	g = "minimal spec (no seccomp, 2 mounts), private netns"
 	base = plain(g, "", "", nil)
-	shim(g, "", "", base, engines.NFTables, 4)
+	shim(g, "", "", base, engines.NFTables, 4, false)
 	hook(g, "", "", base, engines.NFTables, 4)
 
 	// SFORGE_BENCH_ONLY=<regexp> keeps the contenders whose "group / name"
@@ -349,7 +373,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	for _, c := range cs {
 		if c.group != group {
 			group = c.group
-			fmt.Fprintf(&out, "\n%s\n%-44s %19s %7s %7s %8s %8s %8s %19s\n", group, "contender", "lifecycle", "ratio", "paired", "create", "start", "delete", "isolation")
+			fmt.Fprintf(&out, "\n%s\n%-54s %19s %7s %7s %8s %8s %8s %19s\n", group, "contender", "lifecycle", "ratio", "paired", "create", "start", "delete", "isolation")
 		}
 		ratio, paired := 1.0, 1.0
 		if c.base != nil {
@@ -359,7 +383,7 @@ func BenchmarkLifecycle(b *testing.B) {
 		if len(c.iso) > 0 {
 			iso = timing.Ms(c.iso.Median()) + " / " + timing.Ms(c.iso.P95())
 		}
-		fmt.Fprintf(&out, "%-44s %8s / %8s %6.2fx %6.2fx %8s %8s %8s %19s\n", c.name, timing.Ms(c.total.Median()), timing.Ms(c.total.P95()), ratio, paired,
+		fmt.Fprintf(&out, "%-54s %8s / %8s %6.2fx %6.2fx %8s %8s %8s %19s\n", c.name, timing.Ms(c.total.Median()), timing.Ms(c.total.P95()), ratio, paired,
 			timing.Ms(c.create.Median()), timing.Ms(c.start.Median()), timing.Ms(c.delete.Median()), iso)
 	}
 	find := func(group, name string) *lcContender {
@@ -371,10 +395,11 @@ func BenchmarkLifecycle(b *testing.B) {
 		return nil
 	}
 	s4, s256 := find("docker", "sforge-runtime, nftables, 4"), find("docker", "sforge-runtime, nftables, 256")
+	r4, r256 := find("docker", "sforge-runtime, nftables, 4, no NET_RAW (sforge run)"), find("docker", "sforge-runtime, nftables, 256, no NET_RAW (sforge run)")
 	h4, h256 := find("podman", "runc + sforge-hook, nftables, 4"), find("podman", "runc + sforge-hook, nftables, 256")
 	seed4, seed256 := find("docker", "runc + seed (exec per rule), 4"), find("docker", "runc + seed (exec per rule), 256")
 	seedSudo4 := find("docker", "runc + seed as run (sudo -n per rule), 4")
-	if s4 == nil || s256 == nil || h4 == nil || h256 == nil || seed4 == nil || seed256 == nil {
+	if s4 == nil || s256 == nil || r4 == nil || r256 == nil || h4 == nil || h256 == nil || seed4 == nil || seed256 == nil {
 		fmt.Print(out.String())
 		return
 	}
@@ -387,10 +412,13 @@ func BenchmarkLifecycle(b *testing.B) {
 	fmt.Fprintf(&out, "\ntargets (issue 9), nftables engine:\n")
 	fmt.Fprintf(&out, "  shim path, 4 entries:          %.2fx plain runc, paired %.2fx (target <= 1.15x)%s\n", timing.Ratio(s4.total, s4.base.total), timing.PairedRatio(s4.total, s4.base.total),
 		floor(find("docker", "Go exec wrapper (floor), no allowlist")))
+	fmt.Fprintf(&out, "  shim path, as sforge run, 4:   %.2fx plain runc, paired %.2fx (target <= 1.15x; no CAP_NET_RAW, the C front's create)\n",
+		timing.Ratio(r4.total, r4.base.total), timing.PairedRatio(r4.total, r4.base.total))
 	fmt.Fprintf(&out, "  hooks.d path, 4 entries:       %.2fx plain runc, paired %.2fx (target <= 1.10x)%s\n", timing.Ratio(h4.total, h4.base.total), timing.PairedRatio(h4.total, h4.base.total),
 		floor(find("podman", "runc + empty Go hook (floor), createRuntime")))
-	fmt.Fprintf(&out, "  256 / 4 entries, lifecycle:    shim %.2fx (paired %.2fx), hooks.d %.2fx (paired %.2fx) (target <= 1.15x)\n",
-		timing.Ratio(s256.total, s4.total), timing.PairedRatio(s256.total, s4.total), timing.Ratio(h256.total, h4.total), timing.PairedRatio(h256.total, h4.total))
+	fmt.Fprintf(&out, "  256 / 4 entries, lifecycle:    shim %.2fx (paired %.2fx), as sforge run %.2fx (paired %.2fx), hooks.d %.2fx (paired %.2fx) (target <= 1.15x)\n",
+		timing.Ratio(s256.total, s4.total), timing.PairedRatio(s256.total, s4.total), timing.Ratio(r256.total, r4.total), timing.PairedRatio(r256.total, r4.total),
+		timing.Ratio(h256.total, h4.total), timing.PairedRatio(h256.total, h4.total))
 	fmt.Fprintf(&out, "  seed / shim isolation time:    %.1fx at 4 entries, %.1fx at 256 (target >= 20x)\n", timing.Ratio(seed4.iso, s4.iso), timing.Ratio(seed256.iso, s256.iso))
 	if seedSudo4 != nil {
 		fmt.Fprintf(&out, "  seed as run (sudo -n) / shim:  %.1fx at 4 entries; / hook %.1fx\n", timing.Ratio(seedSudo4.iso, s4.iso), timing.Ratio(seedSudo4.iso, h4.iso))
@@ -401,6 +429,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	fmt.Print(out.String())
 	b.ReportMetric(timing.Ratio(s4.total, s4.base.total), "shim-nft4/plain")
 	b.ReportMetric(timing.PairedRatio(s4.total, s4.base.total), "shim-nft4/plain-paired")
+	b.ReportMetric(timing.Ratio(r4.total, r4.base.total), "shim-run-nft4/plain")
 	b.ReportMetric(timing.Ratio(h4.total, h4.base.total), "hook-nft4/plain")
 	b.ReportMetric(timing.PairedRatio(h4.total, h4.base.total), "hook-nft4/plain-paired")
 	b.ReportMetric(timing.Ratio(s256.total, s4.total), "shim-256/4")
