@@ -291,16 +291,7 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 // truncated state, which it logs and returns on (poststop never fails a
 // container's deletion).
 static void put_back(int keep, const char *buf, size_t n) {
-	size_t off = 0;
-	while (off < n) {
-		ssize_t k = write(keep, buf + off, n - off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return;
-		off += (size_t)k;
-	}
-	if (lseek(keep, 0, SEEK_SET) == 0)
+	if (cfront_write_all(keep, buf, n) && lseek(keep, 0, SEEK_SET) == 0)
 		dup2(keep, 0);
 }
 

@@ -60,6 +60,20 @@ static inline ssize_t cfront_read_small(const char *path, char *buf, size_t cap)
 	return err ? -1 : (ssize_t)n;
 }
 
+// cfront_write_all writes the n bytes at buf to fd, again after EINTR or a
+// short write; 0 when it could not write them all.
+static inline int cfront_write_all(int fd, const char *buf, size_t n) {
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, buf + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return 0;
+		off += (size_t)w;
+	}
+	return 1;
+}
+
 // cfront_clean_abs reports whether the n bytes at d are an absolute path
 // that filepath.Clean leaves as it is (no empty, "." or ".." element, no
 // trailing slash but for "/"): a path the Go code would build or use as it
@@ -122,23 +136,46 @@ static inline int cfront_take(struct cfront_reader *r, char c) {
 	return 0;
 }
 
-// cfront_span reads a string: its bytes start at *s, *n of them. It fails
-// on invalid JSON (a control character, no closing quote) and on an escape.
-static inline int cfront_span(struct cfront_reader *r, const char **s, size_t *n) {
+// cfront_escaped reads a string that may hold escapes, only to check it is
+// valid JSON (encoding/json accepts the same): *s and *n as cfront_span
+// gives them when it holds none; *s NULL when it does, since its bytes are
+// then not its value.
+static inline int cfront_escaped(struct cfront_reader *r, const char **s, size_t *n) {
 	if (!cfront_take(r, '"'))
 		return 0;
 	const char *b = r->p;
+	int esc = 0;
 	for (; r->p < r->end; r->p++) {
 		unsigned char c = (unsigned char)*r->p;
 		if (c == '"') {
-			*s = b;
-			*n = (size_t)(r->p++ - b);
+			*s = esc ? NULL : b;
+			*n = esc ? 0 : (size_t)(r->p - b);
+			r->p++;
 			return 1;
 		}
-		if (c < 0x20 || c == '\\')
+		if (c < 0x20)
 			return 0;
+		if (c != '\\')
+			continue;
+		esc = 1;
+		if (++r->p >= r->end)
+			return 0;
+		if (*r->p == 'u') {
+			for (int k = 0; k < 4; k++)
+				if (++r->p >= r->end || !strchr("0123456789abcdefABCDEF", *r->p) || !*r->p)
+					return 0;
+		} else if (!strchr("\"\\/bfnrt", *r->p) || !*r->p) {
+			return 0;
+		}
 	}
 	return 0;
+}
+
+// cfront_span reads a string: its bytes start at *s, *n of them. It fails
+// on invalid JSON (a control character, no closing quote, a bad escape) and
+// on any escape.
+static inline int cfront_span(struct cfront_reader *r, const char **s, size_t *n) {
+	return cfront_escaped(r, s, n) && *s;
 }
 
 // cfront_int reads -?(0|[1-9][0-9]{0,8}), within int on every platform,

@@ -66,41 +66,6 @@ static inline int cfront_number(struct cfront_reader *r) {
 	return 1;
 }
 
-// cfront_escaped reads a string that may hold escapes, only to check it is
-// valid JSON (encoding/json accepts the same): *s and *n as cfront_span
-// gives them when it holds none; *s NULL when it does, since its bytes are
-// then not its value.
-static inline int cfront_escaped(struct cfront_reader *r, const char **s, size_t *n) {
-	if (!cfront_take(r, '"'))
-		return 0;
-	const char *b = r->p;
-	int esc = 0;
-	for (; r->p < r->end; r->p++) {
-		unsigned char c = (unsigned char)*r->p;
-		if (c == '"') {
-			*s = esc ? NULL : b;
-			*n = esc ? 0 : (size_t)(r->p - b);
-			r->p++;
-			return 1;
-		}
-		if (c < 0x20)
-			return 0;
-		if (c != '\\')
-			continue;
-		esc = 1;
-		if (++r->p >= r->end)
-			return 0;
-		if (*r->p == 'u') {
-			for (int k = 0; k < 4; k++)
-				if (++r->p >= r->end || !strchr("0123456789abcdefABCDEF", *r->p) || !*r->p)
-					return 0;
-		} else if (!strchr("\"\\/bfnrt", *r->p) || !*r->p) {
-			return 0;
-		}
-	}
-	return 0;
-}
-
 // cfront_object reads an object, calling one for each member. A name that
 // holds an escape reaches one as NULL (n 0): it is not its bytes, and
 // only a member that is skipped may have one (cfront_field says "not

@@ -138,16 +138,7 @@ static int write_spec(const char *bundle, const char *data, size_t n) {
 	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	size_t off = 0;
-	while (off < n) {
-		ssize_t w = write(fd, data + off, n - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
-	int ok = off == n && fchmod(fd, st.st_mode & 0777) == 0;
+	int ok = cfront_write_all(fd, data, n) && fchmod(fd, st.st_mode & 0777) == 0;
 	ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
 	if (!ok)
 		unlink(tmp);
