@@ -155,7 +155,6 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		return 0;
 	if (len > MAX_SPEC)
 		return 0; // the reader's bound (hook/state.go's), not the shim's: Go reads it
-
 	if (*engine && strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
 		return 0;
 	if (!sforge_front_create_args(argc, args, &a) || a.positional != 1 || !a.pid_file || !*a.pid_file || !runc_id(a.id))

@@ -1,10 +1,11 @@
-// sforge-runtime's pass-through front: see doc.go for why this is C.
+// sforge-runtime's front: see doc.go for why this is C.
 //
-// It runs as an ELF constructor, before the Go runtime starts, and does one
-// thing: for a runc command line that cannot start a container (start,
-// delete, kill, state...), and for a create or run whose config.json
-// mentions nothing of sforge's, it execs the real runtime exactly as the Go
-// shim would (same path, argv with that path as argv[0], same environment).
+// It runs as an ELF constructor, before the Go runtime starts. For a runc
+// command line that cannot start a container (start, delete, kill,
+// state...), and for a create or run whose config.json mentions nothing of
+// sforge's, it execs the real runtime exactly as the Go shim would (same
+// path, argv with that path as argv[0], same environment). For an isolated
+// create it reads without doubt, it does the create itself (create.c).
 // Whenever anything is not exactly as expected it returns and the Go shim
 // handles the invocation: every decision here can only fall back.
 #define _GNU_SOURCE
