@@ -20,8 +20,10 @@ import (
 // container is isolated like the Docker case; the shim's poststop hook
 // removes the rules from the namespace, which outlives the container, so a
 // container started there afterwards without the annotation reaches
-// everything. A malformed annotation, NET_ADMIN, --privileged and
-// --net-host each fail `ctr run` before the process runs.
+// everything. A container with a namespace of its own is created by
+// sforge-runtime's C front (its log says so). A malformed annotation,
+// NET_ADMIN, --privileged and --net-host each fail `ctr run` before the
+// process runs.
 func TestRuntimeContainerd(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
@@ -88,6 +90,19 @@ func TestRuntimeContainerd(t *testing.T) {
 		}
 		if left := regChains(t, ctrNS.NS); left != "" {
 			t.Errorf("poststop left rules in the namespace, which outlives the container:\n%s", left)
+		}
+	})
+	// A namespace of its own (ctr wires no network into it): containerd's
+	// runc shim runs sforge-runtime's create as it runs runc's, and the C
+	// front does it, with the rules in place before start.
+	t.Run("own namespace by the C front", func(t *testing.T) {
+		before := frontCreates(t, " front=c)")
+		out := report(t, []string{"--annotation", policy.AnnotationAssignment(regAllowlist)})
+		if !strings.Contains(out, `"check":"loopback","target":"127.0.0.1","ok":true`) || capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("report:\n%s", out)
+		}
+		if n := frontCreates(t, " front=c)"); n != before+1 {
+			t.Errorf("the C front logged %d isolated creates for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
 		}
 	})
 	t.Run("afterwards without annotation", func(t *testing.T) {
