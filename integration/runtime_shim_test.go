@@ -511,13 +511,29 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 
 // TestShimCreateConsoleSocket: `docker run -t` creates with
 // --console-socket, over which runc create hands the pty's master to its
-// caller; through the shim's child the hand-over is unchanged, and the
-// container's output arrives on that terminal.
+// caller; through the shim's child (or the C front's) the hand-over is
+// unchanged, and the container's output arrives on that terminal.
 func TestShimCreateConsoleSocket(t *testing.T) {
+	t.Run("namespace by path", func(t *testing.T) { testConsoleSocket(t, false) })
+	t.Run("own namespace by the C front", func(t *testing.T) { testConsoleSocket(t, true) })
+}
+
+// testConsoleSocket creates with a console socket in a test namespace by
+// path (the Go shim), or in a namespace of the container's own (private:
+// the runtime's C front does the create).
+func testConsoleSocket(t *testing.T, private bool) {
 	s := newShimRuntime(t, engines.NFTables)
-	tp := testnet.New(t)
-	b := testbundle.New(t, testbundle.Options{NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
+	netnsPath := ""
+	if !private {
+		tp := testnet.New(t)
+		netnsPath = tp.Container.Path()
+		t.Cleanup(func() { requireNoChains(t, tp.Container) })
+	}
+	b := testbundle.New(t, testbundle.Options{NetNS: netnsPath, Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
 		Edit: func(sp *specs.Spec) {
+			if private {
+				privateNetNS(sp)
+			}
 			sp.Process.Terminal = true
 			sp.Mounts = append(sp.Mounts, specs.Mount{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
 				Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}})
@@ -558,13 +574,21 @@ func TestShimCreateConsoleSocket(t *testing.T) {
 		log, _ := os.ReadFile(s.runcLogPath())
 		t.Fatalf("create: %v\n%s\n%s", err, out, log)
 	}
+	pidData, err := os.ReadFile(filepath.Join(b.Dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := "/proc/" + strings.TrimSpace(string(pidData)) + "/ns/net"
 	m := <-master
 	if m == nil {
 		t.Fatal("no pty master arrived on the console socket")
 	}
 	defer m.Close()
-	if err := nftables.New().Check(engine.Target{NetNS: tp.Container.Path(), ID: id}, mustDecode(t, "v1;tcp:198.51.100.10:8080")); err != nil {
+	if err := nftables.New().Check(engine.Target{NetNS: netns, ID: id}, mustDecode(t, "v1;tcp:198.51.100.10:8080")); err != nil {
 		t.Fatalf("rules after create: %v", err)
+	}
+	if log, _ := os.ReadFile(s.logPath()); bytes.Contains(log, []byte(" front=c)")) != private {
+		t.Fatalf("shim log %q: want the C front's line %v", log, private)
 	}
 	s.must(t, "start", id)
 	out := make(chan string, 1)
@@ -590,5 +614,4 @@ func TestShimCreateConsoleSocket(t *testing.T) {
 	}
 	s.waitStopped(t, id)
 	s.must(t, "delete", id)
-	requireNoChains(t, tp.Container)
 }
