@@ -86,10 +86,7 @@ func (s *Shim) finish(a Args, args []string, pidFile string, p *plan, runcTime t
 	rep, err := s.install(a, args, pidFile, p)
 	installCPU, sw1 := cpuTime()-cpu0, switches()
 	if err != nil {
-		if derr := s.deleteContainer(a, args); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		return err
+		return s.deleteAfter(a, args, err)
 	}
 	if s.Log != nil {
 		s.Log.Infof("container %s: isolated before start (engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s runc=%s%s), %s dropped",
@@ -109,12 +106,7 @@ func (s *Shim) finish(a Args, args []string, pidFile string, p *plan, runcTime t
 // deletes the container and fails, since it was created without a plan
 // the shim would have made.
 func (s *Shim) adopt(a Args, args []string) error {
-	fail := func(err error) error {
-		if derr := s.deleteContainer(a, args); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		return err
-	}
+	fail := func(err error) error { return s.deleteAfter(a, args, err) }
 	if a.Command != "create" || a.PIDFile == "" {
 		return fail(&RefusedError{ID: a.ID, Cause: "the runtime's front created a container from a command line it does not handle",
 			Fix: "the container was deleted without starting; report this with the runc command line"})
@@ -231,6 +223,15 @@ func (s *Shim) runtimePath() string {
 		return r.path
 	}
 	return ""
+}
+
+// deleteAfter deletes a created container that could not be isolated and
+// returns err, with the deletion's own failure if any.
+func (s *Shim) deleteAfter(a Args, args []string, err error) error {
+	if derr := s.deleteContainer(a, args); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return err
 }
 
 // deleteContainer force-deletes a created container that could not be
