@@ -32,9 +32,9 @@
 #include "nft.h"
 #include "spec.h"
 
-// The bounds of hook/state.go (maxStateBytes, maxSpecBytes).
+// The bound of hook/state.go's maxStateBytes (CFRONT_MAX_SPEC is its
+// maxSpecBytes).
 #define MAX_STATE (1 << 20)
-#define MAX_SPEC (16 << 20)
 #define CFRONT_MAX_DEPTH 64
 
 // What the hook's arguments and environment ask for (hook.ParseArgs).
@@ -155,7 +155,7 @@ int sforge_hook_front_spec(const char *buf, size_t len, int *net, char *path, si
 	struct cfront_oci sp;
 	*net = 0;
 	path[0] = '\0';
-	if (len > MAX_SPEC || !cfront_read_spec(buf, len, &sp) || sp.path_n >= cap)
+	if (len > CFRONT_MAX_SPEC || !cfront_read_spec(buf, len, &sp) || sp.path_n >= cap)
 		return 0;
 	*net = sp.net;
 	if (sp.path_n)
@@ -170,7 +170,7 @@ int sforge_hook_front_idle(const char *buf, size_t len) {
 	if (!read_state(buf, len, &st, bundle, sizeof bundle))
 		return 0;
 	size_t n;
-	char *data = cfront_spec(bundle, MAX_SPEC, &n);
+	char *data = cfront_spec(bundle, CFRONT_MAX_SPEC, &n);
 	struct cfront_oci sp;
 	int ok = data && cfront_read_spec(data, n, &sp), net = sp.net, idle = !net || !sp.path_n;
 	char path[4096];
@@ -219,7 +219,7 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	if (!read_state(buf, len, &st, bundle, sizeof bundle) || !cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id)
 		return DECIDE_GO;
 	size_t n;
-	char *data = cfront_spec(bundle, MAX_SPEC, &n);
+	char *data = cfront_spec(bundle, CFRONT_MAX_SPEC, &n);
 	struct cfront_oci sp;
 	if (!data || !cfront_read_spec(data, n, &sp) || sp.unsure) {
 		free(data);
@@ -231,7 +231,7 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	}
 	int ok = sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &d->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &d->allow);
 	free(data); // sp's strings point into it
-	if (!ok || st.pid <= 0 || !sp.net || !sp.process || !sp.caps || sp.bad_cap)
+	if (!ok || st.pid <= 0 || !sp.net || !sp.process || !sp.caps || sp.admin_cap || sp.net_raw)
 		return DECIDE_GO;
 	memcpy(d->id, st.id, st.id_n);
 	d->id[st.id_n] = '\0';

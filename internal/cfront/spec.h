@@ -11,6 +11,9 @@
 
 // A nesting depth past which the fronts leave a document to Go.
 #define CFRONT_MAX_DEPTH 64
+// The largest config.json the fronts read (hook/state.go's maxSpecBytes);
+// a larger one is left to Go.
+#define CFRONT_MAX_SPEC (16 << 20)
 
 // A validating JSON reader (RFC 8259) for the members the fronts read: it
 // checks their types as encoding/json would and everything else only for
@@ -219,10 +222,10 @@ struct cfront_oci {
 	int other;
 	const char *ann_v, *env_v;
 	size_t ann_n, env_n;
-	// checkCaps: a process, with a capabilities object, and a capability
-	// that is forbidden or that the front does not read as Go does;
-	// admin_cap: one of those but CAP_NET_RAW (the shim's refusals).
-	int process, caps, bad_cap, admin_cap;
+	// checkCaps: a process, with a capabilities object; a capability the
+	// Go code refuses (NET_ADMIN, SYS_ADMIN, anything not ASCII) and
+	// CAP_NET_RAW (the hook refuses it too, the shim drops it).
+	int process, caps, admin_cap, net_raw;
 	// The capability lists, by cfront_caps_names' order, where they are in
 	// the document: the shim's front drops CAP_NET_RAW from them as
 	// DropCapability does.
@@ -265,10 +268,6 @@ static inline int cfront_cap_kind(const char *s, size_t n) {
 	return CFRONT_CAP_OTHER;
 }
 
-// cfront_forbidden mirrors checkCaps' test of one capability: NET_ADMIN,
-// NET_RAW, SYS_ADMIN, or anything not ASCII.
-static inline int cfront_forbidden(const char *s, size_t n) { return cfront_cap_kind(s, n) != CFRONT_CAP_OTHER; }
-
 static inline int cfront_cap_element(struct cfront_json *j, void *ctx) {
 	struct cfront_caps_list *l = ctx;
 	struct cfront_oci *sp = l->spec;
@@ -279,10 +278,9 @@ static inline int cfront_cap_element(struct cfront_json *j, void *ctx) {
 	if (!cfront_text(j, &s, &n))
 		return 0;
 	int kind = s ? cfront_cap_kind(s, n) : CFRONT_CAP_OTHER; // null is "" in a []string
-	sp->bad_cap |= kind != CFRONT_CAP_OTHER;
 	sp->admin_cap |= kind == CFRONT_CAP_ADMIN;
-	if (kind == CFRONT_CAP_NET_RAW)
-		l->raw = 1;
+	sp->net_raw |= kind == CFRONT_CAP_NET_RAW;
+	l->raw |= kind == CFRONT_CAP_NET_RAW;
 	if (l->n < CFRONT_MAX_CAPS) {
 		l->elem[l->n].at = at;
 		l->elem[l->n].end = j->r.p;

@@ -45,9 +45,6 @@
 
 extern char **environ;
 
-// The largest config.json the front reads for a create.
-#define MAX_SPEC (16 << 20)
-
 // Set once runc has created the container and the front leaves the rest to
 // the Go shim (front.Created).
 int sforge_front_created;
@@ -153,8 +150,8 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 	// socket activation keeps runc's pid: the Go shim adds the hook.
 	if (listen_fds && *listen_fds)
 		return 0;
-	if (len > MAX_SPEC)
-		return 0; // the reader's bound (hook/state.go's), not the shim's: Go reads it
+	if (len > CFRONT_MAX_SPEC)
+		return 0; // the reader's bound, not the shim's: Go reads it
 	if (*engine && strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
 		return 0;
 	if (!sforge_front_create_args(argc, args, &a) || a.positional != 1 || !a.pid_file || !*a.pid_file || !runc_id(a.id))
@@ -172,7 +169,7 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		return 0; // Go refuses, with the decoder's message
 	if (!cfront_kernel_nft() || !cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
 		return 0;
-	if (sp.bad_cap && !(p->edited = drop_net_raw(spec, len, &sp, &p->edited_n)))
+	if (sp.net_raw && !(p->edited = drop_net_raw(spec, len, &sp, &p->edited_n)))
 		return 0; // a list too long to keep, or no memory
 	p->value_off = (size_t)((sp.ann ? sp.ann_v : sp.env_v) - spec);
 	p->value_n = sp.ann ? sp.ann_n : sp.env_n;
@@ -267,18 +264,17 @@ static int open_netns(long pid) {
 	return fd;
 }
 
-// host_netns reports whether the open namespace is the host's (init's or
-// the front's own; the front has one thread); -1 when it cannot tell.
+// host_netns reports whether the open namespace may be the host's (init's
+// or the front's own; the front has one thread): 1 also when it cannot
+// tell.
 static int host_netns(int fd) {
 	static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
 	struct stat st;
 	if (fstat(fd, &st) != 0)
-		return -1;
-	for (const char *const *h = host; *h; h++) {
-		int same = cfront_same_file(&st, *h);
-		if (same)
-			return same;
-	}
+		return 1;
+	for (const char *const *h = host; *h; h++)
+		if (cfront_same_file(&st, *h) != 0)
+			return 1;
 	return 0;
 }
 
@@ -339,7 +335,7 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	getrusage(RUSAGE_THREAD, &r0);
 	long pid = read_pid(p->pid_file);
 	int fd = pid ? open_netns(pid) : -1;
-	if (fd < 0 || host_netns(fd) != 0) {
+	if (fd < 0 || host_netns(fd)) {
 		if (fd >= 0)
 			close(fd);
 		return; // Go reads the pid file again, or says why, and deletes
@@ -363,7 +359,9 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 		         "the container was deleted without starting; start it again, with SFORGE_RUNTIME_NO_FRONT=1 in the runtime's environment if it recurs%s",
 		         p->id, strerror(err), del);
 		fprintf(stderr, "sforge-runtime: %s\n", msg);
-		log_line(c->runc_log, strcmp(c->runc_log_format, "json") == 0, "error", msg);
+		const char *runc_log, *format;
+		sforge_front_runc_log(argv, cmd, &runc_log, &format);
+		log_line(runc_log, format && strcmp(format, "json") == 0, "error", msg);
 		log_line(log_file, 0, "error", msg);
 		_exit(1);
 	}

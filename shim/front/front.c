@@ -267,9 +267,8 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 
 extern char **environ;
 
-// runc_log reads runc's --log and --log-format from its global flags
-// (argv[1] up to the subcommand at cmd), as ParseArgs does.
-static void runc_log(char **argv, int cmd, struct sforge_front_cfg *c) {
+void sforge_front_runc_log(char **argv, int cmd, const char **log, const char **format) {
+	*log = *format = NULL;
 	for (int i = 1; i < cmd; i++) {
 		const char *name = argv[i] + 1;
 		if (*name == '-')
@@ -280,9 +279,9 @@ static void runc_log(char **argv, int cmd, struct sforge_front_cfg *c) {
 			continue;
 		const char *v = eq ? eq + 1 : argv[++i];
 		if (n == 3 && memcmp(name, "log", 3) == 0)
-			c->runc_log = v;
+			*log = v;
 		else if (n == 10 && memcmp(name, "log-format", 10) == 0)
-			c->runc_log_format = v;
+			*format = v;
 	}
 }
 
@@ -329,7 +328,6 @@ __attribute__((constructor)) static void sforge_front(void) {
 	free(spec);
 	if (!mine)
 		return;
-	runc_log(argv, i, &c);
 	sforge_front_isolated_create(&c, argv, i, &p, &begin);
 }
 

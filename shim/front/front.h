@@ -5,13 +5,11 @@
 
 #include "allow.h"
 
-// What the front reads from the settings file, the environment and runc's
-// global flags.
+// What the front reads from the settings file and the environment.
 struct sforge_front_cfg {
 	char runtime[4096];
 	char engine[16]; // $SFORGE_ENGINE, else the file's ("" for auto)
 	char log[4096];  // the shim's own log, "" for none
-	const char *runc_log, *runc_log_format;
 };
 
 // The arguments of create/run the front reads (shim.ParseArgs).
@@ -39,6 +37,10 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 // sforge_front_runtime fills c from the settings and the environment; 0
 // means the Go shim must decide.
 int sforge_front_runtime(struct sforge_front_cfg *c);
+// sforge_front_runc_log reads runc's --log and --log-format (NULL when
+// absent) from its global flags, argv[1] up to the subcommand at cmd, as
+// ParseArgs does; the command line is one sforge_front_command accepted.
+void sforge_front_runc_log(char **argv, int cmd, const char **log, const char **format);
 // sforge_front_list returns the i-th entry of a list the front holds (0:
 // engine names, 1: the usual runc locations), NULL past its end.
 const char *sforge_front_list(int list, int i);

@@ -87,6 +87,9 @@ func checkCommandAgrees(t *testing.T, args []string) {
 		t.Fatalf("the front reads %q at %d (%q); the shim reads %q at %d (modifies: %v)",
 			args, i, args[i], a.Command, a.CommandIndex, a.Modifies())
 	}
+	if log, format := runcLog(args, i); log != a.LogFile || format != a.LogFormat {
+		t.Fatalf("%q: the front reads runc's log %q (%q), the shim %q (%q)", args, log, format, a.LogFile, a.LogFormat)
+	}
 	if !creating {
 		if a.Command == "restore" {
 			t.Fatalf("the front execs runc restore for %q", args)

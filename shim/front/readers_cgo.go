@@ -128,3 +128,20 @@ func planCreate(args []string, spec []byte, engine, listenFDs string) (p planned
 		dns:       int(cp.allow.n_dns),
 	}, true
 }
+
+// runcLog runs the C reader of runc's --log and --log-format on args (the
+// subcommand at cmd); "" for one that is absent.
+func runcLog(args []string, cmd int) (log, format string) {
+	// The C reader takes the whole command line, program name first.
+	cargs, free := cStrings(append([]string{"sforge-runtime"}, args...))
+	defer free()
+	var clog, cformat *C.char
+	C.sforge_front_runc_log(&cargs[0], C.int(cmd+1), &clog, &cformat)
+	if clog != nil {
+		log = C.GoString(clog)
+	}
+	if cformat != nil {
+		format = C.GoString(cformat)
+	}
+	return log, format
+}
