@@ -1,8 +1,10 @@
 // The nftables engine's Install (engine/nftables) in C, for a front that
 // installs the rules before the Go runtime starts: the same table, built by
-// the same netlink batch as render()+queue() with google/nftables v0.3.0
-// encode it, then read back and compared as verifyContent does. Everything
-// here is static; the one entry point is cfront_nft_install.
+// the same netlink messages as render()+queue() with google/nftables v0.3.0
+// encode them (fewer answers asked for: cf_nft_batch), then read back and
+// compared as verifyContent does. Everything
+// here is static; the entry points are cfront_nft_install, or its two
+// halves cfront_nft_prepare (no namespace needed) and cfront_nft_apply.
 //
 // Whatever the C is not sure of is left to Go: it returns 0, with nothing of
 // ours left in the namespace, and the Go engine does the install (and says
@@ -449,7 +451,12 @@ struct cf_nft {
 	int got_set_ok;
 	struct cf_nft_elem got_elems[CF_NFT_MAX_ELEMS];
 	struct cf_nft_rule got_rules[CF_NFT_MAX_RULES];
-	uint8_t tx[CF_NFT_TX_MAX];
+	// The install's batch, encoded by cfront_nft_prepare: its length and
+	// the sequence numbers of its acknowledged messages.
+	size_t batch_n;
+	uint32_t batch_first, batch_last;
+	uint8_t tx[CF_NFT_TX_MAX]; // batches
+	uint8_t q[512];            // one request: a table name and a set name at most
 	uint8_t rx[CF_NFT_RX_MAX];
 	uint8_t cmp_a[512], cmp_b[512]; // two encoded expressions (sameExprs)
 };
@@ -895,7 +902,7 @@ static inline int cf_nft_plan(struct cf_nft *s, const struct cfront_allowlist *a
 // for AddTable) or DelTable: the name and zero flags.
 static inline void cf_nft_table(struct cf_nft *s, struct cf_nft_buf *b, int msg, uint16_t flag) {
 	static const uint8_t zero[4];
-	size_t m = cf_nft_msg(s, b, cf_nft_type(msg), CF_NLM_F_REQUEST | CF_NLM_F_ACK | flag, CF_NFPROTO_INET, 0);
+	size_t m = cf_nft_msg(s, b, cf_nft_type(msg), CF_NLM_F_REQUEST | flag, CF_NFPROTO_INET, 0);
 	cf_nft_str(b, CF_NFTA_TABLE_NAME, s->table);
 	cf_nft_attr(b, CF_NFTA_TABLE_FLAGS, zero, 4);
 	cf_nft_msg_end(b, m);
@@ -904,18 +911,26 @@ static inline void cf_nft_table(struct cf_nft *s, struct cf_nft_buf *b, int msg,
 // cf_nft_batch writes NFNL_MSG_BATCH_BEGIN, the messages of kind (0: the
 // install; 1: deleteTable's AddTable and DelTable) and NFNL_MSG_BATCH_END.
 // *first and *last are the sequence numbers of the acknowledged messages.
+//
+// The install asks for one acknowledgement, of its last message, where the
+// library asks for one for every message and has every rule echoed back.
+// nfnetlink applies a batch whole or not at all and reports an error for a
+// refused message (or a failed commit) before any acknowledgement, asked
+// for or not; and what the install relies on is the read-back, not the
+// answers. Each answer is a datagram the kernel builds and the front
+// receives: 4 entries made 33 of them, now 1.
 static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, uint32_t *last) {
 	struct cf_nft_buf b = {s->tx, 0, sizeof s->tx, 0};
 	size_t m = cf_nft_msg(s, &b, CF_NFNL_MSG_BATCH_BEGIN, CF_NLM_F_REQUEST, 0, CF_NFNL_SUBSYS_NFTABLES);
 	cf_nft_msg_end(&b, m);
 	*first = s->seq + 1;
 	if (del) {
-		cf_nft_table(s, &b, CF_NFT_MSG_NEWTABLE, CF_NLM_F_CREATE);
-		cf_nft_table(s, &b, CF_NFT_MSG_DELTABLE, 0);
+		cf_nft_table(s, &b, CF_NFT_MSG_NEWTABLE, CF_NLM_F_ACK | CF_NLM_F_CREATE);
+		cf_nft_table(s, &b, CF_NFT_MSG_DELTABLE, CF_NLM_F_ACK);
 	} else {
 		cf_nft_table(s, &b, CF_NFT_MSG_NEWTABLE, CF_NLM_F_EXCL);
 		for (int c = 0; c < 4; c++) { // AddChain
-			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWCHAIN), CF_NLM_F_REQUEST | CF_NLM_F_ACK | CF_NLM_F_CREATE,
+			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWCHAIN), CF_NLM_F_REQUEST | CF_NLM_F_CREATE,
 			               CF_NFPROTO_INET, 0);
 			cf_nft_str(&b, CF_NFTA_CHAIN_TABLE, s->table);
 			cf_nft_str(&b, CF_NFTA_CHAIN_NAME, cf_nft_chains[c].name);
@@ -939,7 +954,7 @@ static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, ui
 			// for interval sets.
 			static const uint8_t udata[6] = {0, 4, 2, 0, 0, 0};
 			static const uint32_t fields[3] = {4, 1, 2};
-			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWSET), CF_NLM_F_REQUEST | CF_NLM_F_ACK | CF_NLM_F_CREATE,
+			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWSET), CF_NLM_F_REQUEST | CF_NLM_F_CREATE,
 			               CF_NFPROTO_INET, 0);
 			cf_nft_str(&b, CF_NFTA_SET_TABLE, s->table);
 			cf_nft_str(&b, CF_NFTA_SET_NAME, CF_NFT_SET_NAME);
@@ -962,8 +977,8 @@ static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, ui
 			// element a nest numbered from 1 in its message.
 			for (size_t at = 0; at < s->n_elems; at += CF_NFT_ELEMS_PER_MSG) {
 				size_t n = s->n_elems - at < CF_NFT_ELEMS_PER_MSG ? s->n_elems - at : CF_NFT_ELEMS_PER_MSG;
-				m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWSETELEM),
-				               CF_NLM_F_REQUEST | CF_NLM_F_ACK | CF_NLM_F_CREATE, CF_NFPROTO_INET, 0);
+				m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWSETELEM), CF_NLM_F_REQUEST | CF_NLM_F_CREATE,
+				               CF_NFPROTO_INET, 0);
 				cf_nft_str(&b, CF_NFTA_SET_NAME, CF_NFT_SET_NAME);
 				cf_nft_be32(&b, CF_NFTA_SET_ELEM_LIST_SET_ID, CF_NFT_SET_ID);
 				cf_nft_str(&b, CF_NFTA_SET_TABLE, s->table);
@@ -979,10 +994,10 @@ static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, ui
 				cf_nft_msg_end(&b, m);
 			}
 		}
-		for (size_t i = 0; i < s->n_rules; i++) { // AddRule: appended, echoed
+		for (size_t i = 0; i < s->n_rules; i++) { // AddRule: appended
 			const struct cf_nft_rule *r = &s->rules[i];
-			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWRULE),
-			               CF_NLM_F_REQUEST | CF_NLM_F_ACK | CF_NLM_F_CREATE | CF_NLM_F_ECHO | CF_NLM_F_APPEND,
+			uint16_t ack = i + 1 == s->n_rules ? CF_NLM_F_ACK : 0;
+			m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_NEWRULE), CF_NLM_F_REQUEST | CF_NLM_F_CREATE | CF_NLM_F_APPEND | ack,
 			               CF_NFPROTO_INET, 0);
 			cf_nft_str(&b, CF_NFTA_RULE_TABLE, s->table);
 			cf_nft_str(&b, CF_NFTA_RULE_CHAIN, cf_nft_chains[r->chain].name);
@@ -1009,6 +1024,8 @@ static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, ui
 		}
 	}
 	*last = s->seq;
+	if (!del)
+		*first = *last; // the one acknowledged message: the last rule
 	m = cf_nft_msg(s, &b, CF_NFNL_MSG_BATCH_END, CF_NLM_F_REQUEST, 0, CF_NFNL_SUBSYS_NFTABLES);
 	cf_nft_msg_end(&b, m);
 	return b.bad ? 0 : b.len;
@@ -1070,24 +1087,22 @@ static inline int cf_nft_errno(const struct cf_nft_msgview *v) {
 
 // cf_nft_send writes the whole buffer in one send, as the library's
 // SendMessages does with one sendmsg: the batch is one datagram.
-static inline int cf_nft_send(struct cf_nft *s, size_t n) {
+static inline int cf_nft_send(struct cf_nft *s, const uint8_t *p, size_t n) {
 	for (;;) {
-		ssize_t k = send(s->fd, s->tx, n, 0);
+		ssize_t k = send(s->fd, p, n, 0);
 		if (k < 0 && errno == EINTR)
 			continue;
 		return k == (ssize_t)n;
 	}
 }
 
-// cf_nft_flush sends a batch and reads an ack for each of its messages, as
-// Flush does: 1 when every one was acknowledged, 0 when the kernel refused
-// the batch (one error: the batch is atomic, nothing was applied), -1 when
-// the outcome is unknown (no answer, answers lost). Messages that are not
-// acks (the rules' echoes) are passed over.
-static inline int cf_nft_flush(struct cf_nft *s, int del) {
-	uint32_t first, last;
-	size_t n = cf_nft_batch(s, del, &first, &last);
-	if (n == 0 || !cf_nft_send(s, n))
+// cf_nft_commit sends the batch in tx (n bytes) and reads the acks of its
+// messages first to last, as Flush does: 1 when every one came, 0 when the
+// kernel refused the batch (one error: the batch is atomic, nothing was
+// applied), -1 when the outcome is unknown (no answer, answers lost).
+// Messages that are not acks are passed over.
+static inline int cf_nft_commit(struct cf_nft *s, size_t n, uint32_t first, uint32_t last) {
+	if (n == 0 || !cf_nft_send(s, s->tx, n))
 		return 0;
 	uint32_t acked = 0, want = last - first + 1;
 	while (acked < want) {
@@ -1109,6 +1124,14 @@ static inline int cf_nft_flush(struct cf_nft *s, int del) {
 		}
 	}
 	return 1;
+}
+
+// cf_nft_flush encodes the batch of kind del (cf_nft_batch) into tx and
+// commits it.
+static inline int cf_nft_flush(struct cf_nft *s, int del) {
+	uint32_t first, last;
+	size_t n = cf_nft_batch(s, del, &first, &last);
+	return cf_nft_commit(s, n, first, last);
 }
 
 // Attribute iteration: netlink.AttributeDecoder, type without its flags.
@@ -1180,7 +1203,7 @@ static inline void cf_nft_getdata(const struct cf_nft_attrview *a, uint16_t t1, 
 typedef void (*cf_nft_fn)(struct cf_nft *s, const struct cf_nft_msgview *v);
 
 static inline int cf_nft_dump(struct cf_nft *s, int msg, const char *table, uint16_t a2, const char *v2, cf_nft_fn fn) {
-	struct cf_nft_buf b = {s->tx, 0, sizeof s->tx, 0};
+	struct cf_nft_buf b = {s->q, 0, sizeof s->q, 0};
 	size_t m = cf_nft_msg(s, &b, cf_nft_type(msg), CF_NLM_F_REQUEST | CF_NLM_F_DUMP, CF_NFPROTO_INET, 0);
 	if (table)
 		cf_nft_str(&b, 1, table); // NFTA_{TABLE_NAME,SET_TABLE,RULE_TABLE,SET_ELEM_LIST_TABLE}
@@ -1188,7 +1211,7 @@ static inline int cf_nft_dump(struct cf_nft *s, int msg, const char *table, uint
 		cf_nft_str(&b, a2, v2);
 	cf_nft_msg_end(&b, m);
 	uint32_t seq = s->seq;
-	if (b.bad || !cf_nft_send(s, b.len))
+	if (b.bad || !cf_nft_send(s, s->q, b.len))
 		return 0;
 	for (;;) {
 		size_t len = cf_nft_recv(s);
@@ -1636,35 +1659,6 @@ static inline int cf_nft_verify(struct cf_nft *s) {
 	return 1;
 }
 
-// cf_nft_exists is create()'s look for an earlier table: 1 when it is
-// there, 0 when it is not (ENOENT), -1 when the answer is anything else.
-static inline int cf_nft_exists(struct cf_nft *s) {
-	int found = 0;
-	struct cf_nft_buf b = {s->tx, 0, sizeof s->tx, 0};
-	size_t m = cf_nft_msg(s, &b, cf_nft_type(CF_NFT_MSG_GETTABLE), CF_NLM_F_REQUEST, CF_NFPROTO_INET, 0);
-	cf_nft_str(&b, CF_NFTA_TABLE_NAME, s->table);
-	cf_nft_msg_end(&b, m);
-	uint32_t seq = s->seq;
-	if (b.bad || !cf_nft_send(s, b.len))
-		return -1;
-	while (!found) {
-		size_t len = cf_nft_recv(s);
-		if (len == 0)
-			return -1;
-		size_t at = 0;
-		struct cf_nft_msgview v;
-		while (cf_nft_next(s->rx, len, &at, &v)) {
-			if (v.seq != seq)
-				continue;
-			if (v.type == CF_NLMSG_ERROR)
-				return cf_nft_errno(&v) == ENOENT ? 0 : -1;
-			if (v.type == cf_nft_type(CF_NFT_MSG_NEWTABLE))
-				found = 1;
-		}
-	}
-	return 1;
-}
-
 // cf_nft_socket is dial(): the calling thread enters the namespace nsfd
 // for the socket() call only (a netlink socket stays in the namespace it
 // was opened in) and returns at once. The socket, or -1 (nothing to undo),
@@ -1695,38 +1689,46 @@ static inline int cf_nft_socket(int nsfd) {
 	return fd;
 }
 
-// cfront_nft_install is (*nftables.Engine).Install for a namespace without
-// our table: nsfd is the namespace (an nsfs file), table its name
-// (policy.ChainName), a the canonical allowlist. It returns the number of
-// nftables rules installed and verified (plan.Rules()); 0 when it did not
-// install, with nothing of ours left in the namespace: the table was there
-// already (untouched), the allowlist or namespace is not one the C is sure
-// of, the kernel refused, or what it read back was not the plan (the
-// table is then deleted again): the Go engine is to do the install; -1
-// when the calling thread could not return to its own network namespace
-// (errno set): it is still in the target's, and the caller must fail
-// closed.
-static inline int cfront_nft_install(int nsfd, const char *table, const struct cfront_allowlist *a) {
+// cfront_nft_prepare is the part of (*nftables.Engine).Install that needs
+// no namespace: s (zeroed: calloc's, or static storage used once) gets the
+// table's name (policy.ChainName; the string must outlive s), the plan for
+// the canonical allowlist a and the batch that installs it. 1 when ready;
+// 0 when the allowlist or name is not one the C is sure of (the Go engine
+// is to install).
+//
+// A front prepares before the container exists, so that between the
+// container's creation and its isolation only the netlink exchange runs:
+// the plan touches most of what s uses, and on this kind of machine every
+// page a process touches for the first time costs about 10 µs.
+static inline int cfront_nft_prepare(struct cf_nft *s, const char *table, const struct cfront_allowlist *a) {
 	size_t tn = table ? strlen(table) : 0;
 	if (tn == 0 || tn >= CF_NFT_NAME_MAX || !a)
 		return 0;
-	struct cf_nft *s = calloc(1, sizeof *s);
-	if (!s)
-		return 0;
 	s->table = table;
 	s->fd = -1;
-	int rules = 0;
 	if (!cf_nft_plan(s, a))
-		goto out;
+		return 0;
+	s->batch_n = cf_nft_batch(s, 0, &s->batch_first, &s->batch_last);
+	return s->batch_n != 0;
+}
+
+// cfront_nft_apply is the rest of Install, for a namespace without our
+// table: nsfd is the namespace (an nsfs file), s as cfront_nft_prepare
+// left it (1), used once. It returns the number of nftables rules installed
+// and verified (plan.Rules()); 0 when it did not install, with nothing of
+// ours left in the namespace: the table was there already (untouched), the
+// namespace is not one the C is sure of, the kernel refused, or what it
+// read back was not the plan (the table is then deleted again): the Go
+// engine is to do the install; -1 when the calling thread could not return
+// to its own network namespace (errno set): it is still in the target's,
+// and the caller must fail closed. The socket is closed on return.
+static inline int cfront_nft_apply(struct cf_nft *s, int nsfd) {
+	int rules = 0;
 	s->fd = cf_nft_socket(nsfd);
-	if (s->fd == -2) {
-		int err = errno;
-		free(s);
-		errno = err;
-		return -1;
-	}
+	if (s->fd == -2)
+		return -1; // errno: setns's
 	if (s->fd < 0)
-		goto out;
+		return 0;
 	// A batch of the whole buffer must fit the send buffer (netlink
 	// refuses a message larger than it); acks and dumps are bounded.
 	int sz = 0;
@@ -1740,9 +1742,11 @@ static inline int cfront_nft_install(int nsfd, const char *table, const struct c
 	struct timeval tv = {CF_NFT_TIMEOUT_SEC, 0};
 	setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
-	if (cf_nft_exists(s) != 0)
-		goto out; // there (the Go engine replaces it) or no clear answer
-	int r = cf_nft_flush(s, 0);
+	// The batch creates the table with NLM_F_EXCL: where it is there
+	// already, the kernel refuses the whole batch (EEXIST) and leaves the
+	// table as it is, for the Go engine to replace, as create()'s look
+	// for an earlier table would (one round trip less).
+	int r = cf_nft_commit(s, s->batch_n, s->batch_first, s->batch_last);
 	if (r == 0)
 		goto out; // refused: the batch is atomic, nothing applied
 	if (r > 0 && cf_nft_verify(s)) {
@@ -1753,9 +1757,22 @@ static inline int cfront_nft_install(int nsfd, const char *table, const struct c
 	// leave an unknown policy behind (deleteTable).
 	cf_nft_flush(s, 1);
 out:
-	if (s->fd >= 0)
-		close(s->fd);
+	close(s->fd);
+	s->fd = -1;
+	return rules;
+}
+
+// cfront_nft_install is prepare and apply on a state of its own: the whole
+// of (*nftables.Engine).Install for a namespace without our table, with
+// cfront_nft_apply's results.
+static inline int cfront_nft_install(int nsfd, const char *table, const struct cfront_allowlist *a) {
+	struct cf_nft *s = calloc(1, sizeof *s);
+	if (!s)
+		return 0;
+	int rules = cfront_nft_prepare(s, table, a) ? cfront_nft_apply(s, nsfd) : 0;
+	int err = errno;
 	free(s);
+	errno = err;
 	return rules;
 }
 
