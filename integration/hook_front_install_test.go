@@ -24,7 +24,9 @@ import (
 // does; either way the Go engine's Check accepts what is in the kernel,
 // the hook is silent and its log has the install line. Where the front is
 // not sure (a table already there, a refusal), the Go hook does the work
-// and the user reads the Go hook's message. The lifecycles through real
+// and the user reads the Go hook's message. A front that cannot return from
+// the container's namespace fails the hook with one line, and installs
+// nothing. The lifecycles through real
 // runc and podman elsewhere in this package run with the front as built.
 func TestHookFrontInstall(t *testing.T) {
 	if !front.Built {
@@ -38,9 +40,11 @@ func TestHookFrontInstall(t *testing.T) {
 	bundle := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: value}})
 	eng := nftables.New()
 
+	var wrap []string // a program (and its arguments) that runs the hook
 	run := func(t *testing.T, id string, b *testbundle.Bundle, withFront bool, args ...string) (stderr string, goRan bool, err error) {
 		t.Helper()
-		cmd := exec.Command(hookBin, append([]string{"createRuntime", "--log", b.LogFile}, args...)...)
+		argv := append(append(append([]string{}, wrap...), hookBin, "createRuntime", "--log", b.LogFile), args...)
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":%d,"bundle":%q}`, id, sleeper.Process.Pid, b.Dir))
 		cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
 		if !withFront {
@@ -122,6 +126,26 @@ func TestHookFrontInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("cannot return", func(t *testing.T) {
+		// The front's thread enters the namespace for its netlink socket
+		// and cannot come back (setns refused, as only a seccomp filter
+		// can make it): the container must not start, and nothing of ours
+		// is installed.
+		wrap = []string{denySetns(t), "5"} // the state's memory file is 3, the target 4, the way back 5
+		defer func() { wrap = nil }()
+		const id = "front-stuck"
+		stderr, goRan, err := run(t, id, bundle, true)
+		const want = "sforge-hook: container " + id + ": failed to install the egress rules: cannot return to the hook's own network namespace: Operation not permitted; the container was not started"
+		if err == nil || goRan || !strings.HasPrefix(stderr, want) || strings.Contains(stderr, "\n") {
+			t.Fatalf("createRuntime: %v, Go ran %v, stderr %q; want a failure and one line: %s", err, goRan, stderr, want)
+		}
+		if !strings.Contains(bundle.Log(), "refuse stage=createRuntime container "+id+": failed to install the egress rules: cannot return") {
+			t.Fatalf("the hook's log does not say why:\n%s", bundle.Log())
+		}
+		if left := nftOurs(t, n); len(left) > 0 {
+			t.Fatalf("tables installed by a hook that could not return: %v", left)
+		}
+	})
 	t.Run("refusal", func(t *testing.T) {
 		// A process with CAP_NET_ADMIN: the Go hook refuses, in its words.
 		b := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: value},

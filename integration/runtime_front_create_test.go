@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,18 +17,23 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbundle"
+	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
 	"github.com/sforge-dev/netiso/shim/front"
 )
 
 // TestRuntimeFrontCreate: sforge-runtime's C front does the isolated
-// create of a container with a namespace of its own (shim/front/create.c) through real runc: the rules are in the
-// container's namespace after create, before start, as the Go engine
-// checks them; config.json is left as it was; the shim logs the front's
-// line. When the front's engine does not install (here: a table of ours is
-// already there, made by a createRuntime hook), the Go shim finishes the
-// create it began. CAP_NET_RAW is dropped from config.json as the Go shim
-// drops it; runc's own failure passes through; a spec the front does not
+// create of a container with a namespace of its own (shim/front/create.c)
+// through real runc: the rules are in the container's namespace after
+// create, before start, as the Go engine checks them; config.json is left
+// as it was; the shim logs the front's line. When the front's engine does
+// not install (here: a table of ours is already there, made by a
+// createRuntime hook), the Go shim finishes the create it began. CAP_NET_RAW
+// is dropped from config.json as the Go shim drops it; runc's own failure
+// passes through; a runtime that cannot be executed is the Go shim's to
+// report; a front that cannot return from the container's namespace
+// deletes the container and fails with one line; a spec the front does not
 // read without doubt goes to the Go shim before anything is created.
 func TestRuntimeFrontCreate(t *testing.T) {
 	if !front.Built {
@@ -195,6 +201,67 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatalf("shim log %q, want the front's line", log)
 		}
 	})
+	t.Run("cannot return", func(t *testing.T) {
+		// The front's thread enters the container's namespace for its
+		// netlink socket and cannot come back (setns refused, as only a
+		// seccomp filter can make it): it deletes the container, and the
+		// create fails with one line.
+		s := newShimRuntime(t, engines.Auto)
+		s.wrap = []string{denySetns(t), "3"} // open_netns leaves 3 free for the way back, the target on 4
+		b, _ := bundle(t, false, nil)
+		const id = "front-cannot-return"
+		_, err := s.create(t, b, id)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("create: %v, want status 1\n%s", err, s.output(b, id))
+		}
+		const want = "container " + id + " refused: failed to install the egress rules: cannot return to the runtime's own network namespace (Operation not permitted); the container was deleted without starting"
+		out := s.output(b, id)
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "sforge-runtime: "+want) {
+			t.Fatalf("create's output %q, want one line: %s", out, want)
+		}
+		if st := s.status(t, id); st != "" {
+			t.Fatalf("container %s is %s after the failed create, want deleted", id, st)
+		}
+		if b.Ran() {
+			t.Fatal("the container's process ran")
+		}
+		for _, log := range []string{s.logPath(), s.runcLogPath()} {
+			if data, _ := os.ReadFile(log); !bytes.Contains(data, []byte(want)) {
+				t.Fatalf("%s does not say why:\n%s", log, data)
+			}
+		}
+	})
+	t.Run("runtime does not start", func(t *testing.T) {
+		// runc cannot be executed: the front's child reports the exec's
+		// failure, nothing was created, and the Go shim says why.
+		s := newShimRuntime(t, engines.Auto)
+		notExec := filepath.Join(t.TempDir(), "runc")
+		if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := json.Marshal(shim.Config{Runtime: notExec, Hook: s.hook, Log: s.logPath()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "runtime.json"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := bundle(t, false, nil)
+		const id = "front-no-runtime"
+		_, err = s.create(t, b, id)
+		var ee *exec.ExitError
+		out := s.output(b, id)
+		if !errors.As(err, &ee) || !strings.Contains(out, notExec) || !strings.Contains(out, "permission denied") {
+			t.Fatalf("create: %v, want a failure naming %s and why:\n%s", err, notExec, out)
+		}
+		if st := s.status(t, id); st != "" {
+			t.Fatalf("container %s is %s, want none", id, st)
+		}
+		if b.Ran() {
+			t.Fatal("the container's process ran")
+		}
+	})
 	t.Run("left to Go", func(t *testing.T) {
 		// A JSON escape in the environment (encoding/json writes "<" as
 		// \u003c): the front does not decode the strings it reads, the Go
@@ -212,4 +279,16 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatalf("shim log %q, want the Go shim's made namespace", log)
 		}
 	})
+}
+
+// denySetns builds testdata/deny-setns.c: a program that runs another with
+// setns refused (EPERM) for one descriptor number.
+func denySetns(t *testing.T) string {
+	t.Helper()
+	cc := testenv.RequireBinary(t, "cc")
+	out := filepath.Join(t.TempDir(), "deny-setns")
+	if msg, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", out, "testdata/deny-setns.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc deny-setns.c: %v\n%s", err, msg)
+	}
+	return out
 }

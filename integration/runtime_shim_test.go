@@ -45,6 +45,7 @@ import (
 type shimRuntime struct {
 	bin, runc, hook, root, dir string
 	env                        []string
+	wrap                       []string // a program (and its arguments) that runs the shim
 }
 
 func newShimRuntime(t *testing.T, engineName string, env ...string) *shimRuntime {
@@ -87,7 +88,8 @@ func (s *shimRuntime) runcLogPath() string { return filepath.Join(s.root, "log.j
 
 // command is the shim with containerd's global flags.
 func (s *shimRuntime) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, s.bin, append([]string{"--root", s.root, "--log", s.runcLogPath(), "--log-format", "json"}, args...)...)
+	argv := append(append(append([]string{}, s.wrap...), s.bin, "--root", s.root, "--log", s.runcLogPath(), "--log-format", "json"), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = s.env
 	return cmd
 }
