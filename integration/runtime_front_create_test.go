@@ -285,10 +285,10 @@ func TestRuntimeFrontCreate(t *testing.T) {
 // setns refused (EPERM) for one descriptor number.
 func denySetns(t *testing.T) string {
 	t.Helper()
-	cc := testenv.RequireBinary(t, "cc")
+	cc := testenv.RequireBinary(t, "gcc")
 	out := filepath.Join(t.TempDir(), "deny-setns")
 	if msg, err := exec.Command(cc, "-O2", "-Wall", "-Werror", "-o", out, "testdata/deny-setns.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc deny-setns.c: %v\n%s", err, msg)
+		t.Fatalf("gcc deny-setns.c: %v\n%s", err, msg)
 	}
 	return out
 }
