@@ -56,7 +56,6 @@ enum {
 	CF_NLMSG_DONE = 3,
 	CF_NLM_F_REQUEST = 0x1,
 	CF_NLM_F_ACK = 0x4,
-	CF_NLM_F_ECHO = 0x8,
 	CF_NLM_F_DUMP = 0x300,
 	CF_NLM_F_EXCL = 0x200,
 	CF_NLM_F_CREATE = 0x400,
@@ -80,7 +79,6 @@ enum {
 	CF_NFNL_MSG_BATCH_END = 0x11,
 	// linux/netfilter/nf_tables.h: messages
 	CF_NFT_MSG_NEWTABLE = 0,
-	CF_NFT_MSG_GETTABLE = 1,
 	CF_NFT_MSG_DELTABLE = 2,
 	CF_NFT_MSG_NEWCHAIN = 3,
 	CF_NFT_MSG_GETCHAIN = 4,
@@ -203,7 +201,6 @@ CF_SAME(NLMSG_ERROR);
 CF_SAME(NLMSG_DONE);
 CF_SAME(NLM_F_REQUEST);
 CF_SAME(NLM_F_ACK);
-CF_SAME(NLM_F_ECHO);
 CF_SAME(NLM_F_DUMP);
 CF_SAME(NLM_F_EXCL);
 CF_SAME(NLM_F_CREATE);
@@ -223,7 +220,6 @@ CF_SAME(NFNL_SUBSYS_NFTABLES);
 CF_SAME(NFNL_MSG_BATCH_BEGIN);
 CF_SAME(NFNL_MSG_BATCH_END);
 CF_SAME(NFT_MSG_NEWTABLE);
-CF_SAME(NFT_MSG_GETTABLE);
 CF_SAME(NFT_MSG_DELTABLE);
 CF_SAME(NFT_MSG_NEWCHAIN);
 CF_SAME(NFT_MSG_GETCHAIN);
@@ -1221,7 +1217,7 @@ static inline int cf_nft_dump(struct cf_nft *s, int msg, const char *table, uint
 		struct cf_nft_msgview v;
 		while (cf_nft_next(s->rx, len, &at, &v)) {
 			if (v.seq != seq)
-				continue; // a late echo of the batch
+				continue; // an answer to an earlier request
 			if (v.type == CF_NLMSG_ERROR || v.type == CF_NLMSG_DONE) {
 				int err = v.type == CF_NLMSG_DONE && v.len < 4 ? 0 : cf_nft_errno(&v);
 				errno = err;
