@@ -15,6 +15,9 @@
 // (create.c). Before runc runs, anything it is not sure of goes to the Go
 // shim; after, a container it could not isolate is handed to the Go shim
 // (Created), which installs with the Go engine or deletes it and fails.
+// The rules' plan and netlink batch are made before runc runs, so that
+// between the container's creation and the read-back only the exchange
+// with the kernel runs (BENCHMARKS.md, "Ninth round").
 //
 // Why C: sforge-runtime is on every runc invocation of every container,
 // isolated or not, and a container's lifecycle is three or more of them.
@@ -30,8 +33,8 @@
 // environment (known global flags, a subcommand in its list, a settings
 // file in the strict subset that `sforge install` writes, a runtime that is
 // not sforge-runtime itself), and it creates only what the Go shim would
-// accept, with the config.json the Go shim would write; in every other case it returns and the Go shim runs
-// as before. front_test.go and create_test.go check the C readers and the
+// accept, with the config.json the Go shim would write; in every other
+// case it returns and the Go shim runs as before. front_test.go and create_test.go check the C readers and the
 // create decision against the Go ones (also as fuzz targets), and the
 // integration tests run the same command lines with and without it
 // ($SFORGE_RUNTIME_NO_FRONT set turns it off).
