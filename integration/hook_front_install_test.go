@@ -26,8 +26,8 @@ import (
 // not sure (a table already there, a refusal), the Go hook does the work
 // and the user reads the Go hook's message. A front that cannot return from
 // the container's namespace fails the hook with one line, and installs
-// nothing. The lifecycles through real
-// runc and podman elsewhere in this package run with the front as built.
+// nothing. The lifecycles through real runc and podman elsewhere in this
+// package run with the front as built.
 func TestHookFrontInstall(t *testing.T) {
 	if !front.Built {
 		t.Fatal("the test binary was built without cgo: sforge-hook's front is not tested")

@@ -2,9 +2,9 @@
 // installs the rules before the Go runtime starts: the same table, built by
 // the same netlink messages as render()+queue() with google/nftables v0.3.0
 // encode them (fewer answers asked for: cf_nft_batch), then read back and
-// compared as verifyContent does. Everything
-// here is static; the entry points are cfront_nft_install, or its two
-// halves cfront_nft_prepare (no namespace needed) and cfront_nft_apply.
+// compared as verifyContent does. Everything here is static; the entry
+// points are cfront_nft_install, or its two halves cfront_nft_prepare (no
+// namespace needed) and cfront_nft_apply.
 //
 // Whatever the C is not sure of is left to Go: it returns 0, with nothing of
 // ours left in the namespace, and the Go engine does the install (and says
