@@ -4,7 +4,32 @@ package cfronttest
 
 // #cgo CFLAGS: -I${SRCDIR}/.. -Wall -Wextra -Werror
 // #include "nft.h"
+// #include <linux/filter.h>
+// #include <linux/seccomp.h>
+// #include <stddef.h>
 // #include <stdlib.h>
+// #include <sys/prctl.h>
+// #include <sys/syscall.h>
+//
+// // cfronttest_nft_install_stuck runs cfront_nft_install on a thread
+// // whose setns is refused (EPERM) for every descriptor but nsfd, by a
+// // seccomp filter on this thread alone: it enters the namespace and
+// // cannot come back, a failure nothing else can induce. -3 when the
+// // filter could not be set. The thread must never be used again.
+// static int cfronttest_nft_install_stuck(int nsfd, const char *table, const struct cfront_allowlist *a) {
+// 	struct sock_filter f[] = {
+// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 0, 3),
+// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), // the low half (little endian)
+// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nsfd, 1, 0),
+// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+// 	};
+// 	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+// 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+// 		return -3;
+// 	return cfront_nft_install(nsfd, table, a);
+// }
 //
 // // cfronttest_nft_verify runs the C's read-back alone: the plan for a,
 // // compared with what the namespace holds (cf_nft_verify). 1: the same;
@@ -74,6 +99,46 @@ func NFTInstall(nsPath, table string, a policy.Allowlist) (int, error) {
 		return r, err
 	})
 	return int(n), err
+}
+
+// NFTInstallStuck runs the C install as NFTInstall does, on a thread of
+// its own whose way back to its network namespace is refused (seccomp).
+// It returns the C's result with its errno, and whether the thread was
+// left in the namespace at nsPath. The thread ends with it.
+func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno error, inTarget bool, err error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("failed to open %s: %w", nsPath, err)
+	}
+	defer unix.Close(fd)
+	ctable := C.CString(table)
+	defer C.free(unsafe.Pointer(ctable))
+	type result struct {
+		rules    int
+		errno    error
+		inTarget bool
+		err      error
+	}
+	done := make(chan result)
+	go func() {
+		// Locked and never unlocked: the runtime ends the thread, with its
+		// filter and its namespace, when this goroutine returns.
+		runtime.LockOSThread()
+		r, errno := C.cfronttest_nft_install_stuck(C.int(fd), ctable, ca)
+		if r == -3 {
+			done <- result{err: fmt.Errorf("seccomp filter: %w", errno)}
+			return
+		}
+		var here, target unix.Stat_t
+		err := errors.Join(unix.Stat("/proc/thread-self/ns/net", &here), unix.Fstat(fd, &target))
+		done <- result{int(r), errno, here.Dev == target.Dev && here.Ino == target.Ino, err}
+	}()
+	res := <-done
+	return res.rules, res.errno, res.inTarget, res.err
 }
 
 // NFTVerify runs only the C's read-back (verifyContent's mirror) of the

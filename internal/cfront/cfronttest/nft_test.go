@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"syscall"
 	"testing"
 
 	gnft "github.com/google/nftables"
@@ -246,6 +247,43 @@ func TestNFTInstallNotANamespace(t *testing.T) {
 
 // The C's read-back accepts the Go engine's table for the same allowlist
 // and refuses it for any other: what it compares is what matters.
+// TestNFTInstallCannotReturn: when the thread cannot setns back to its own
+// network namespace, the C install returns -1 with the errno, the thread is
+// where it said (in the target's), and nothing was installed there (the
+// socket was never used).
+func TestNFTInstallCannotReturn(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.NewNetNS(t)
+	table, err := policy.ChainName("cfront-nft-stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := policy.Allowlist{DNS: addrs("1.1.1.1"), Endpoints: []policy.Endpoint{endpoint(t, policy.TCP, "192.0.2.1/32", 443)}}
+	rules, errno, inTarget, err := NFTInstallStuck(ns.Path(), table, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules != -1 || !errors.Is(errno, syscall.EPERM) || !inTarget {
+		t.Fatalf("C install with the way back refused: %d, %v, thread in the target's namespace %v; want -1, EPERM, true", rules, errno, inTarget)
+	}
+	f, err := os.Open(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != 0 {
+		t.Fatalf("%d tables in the namespace after an install that could not return, want none", len(tables))
+	}
+}
+
 func TestNFTVerify(t *testing.T) {
 	testenv.RequireRoot(t)
 	id := "cfront-nft-verify"
