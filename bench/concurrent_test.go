@@ -144,12 +144,53 @@ func (r concurrentResult) String() string {
 		return fmt.Sprintf("%s %s %s %s %s", timing.Ms(s.Median()), timing.Ms(s.Quantile(0.75)), timing.Ms(s.Quantile(0.9)), timing.Ms(s.Quantile(0.99)), timing.Ms(s.Quantile(1)))
 	}
 	head := fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n", r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio)
+	if d := delayedByCPU(r.isolation, r.cpu); d != "" {
+		head += fmt.Sprintf("%43s %s\n", "", d)
+	}
 	if r.note != "" { // the hook: no context switches logged
 		return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx)\n%43s %s; tables left: %s",
 			"", q(r.cpu), cpuRatio, "", r.note, orNone(r.leftover))
 	}
 	return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
 		"", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
+}
+
+// delayedByCPU tells, for the installs grouped by their CPU time, how
+// many were delayed inside their window (wall time more than 0.3 ms over
+// CPU time: preempted, or waiting): the scheduler protects a task it has
+// just picked from others' wake-ups for about one base slice, so whether
+// an install is cut follows its length (BENCHMARKS.md, "Ninth round").
+// wall and cpu are the same installs in the same order; "" otherwise.
+func delayedByCPU(wall, cpu timing.Samples) string {
+	if len(wall) != len(cpu) || len(cpu) == 0 {
+		return ""
+	}
+	bounds := []time.Duration{500 * time.Microsecond, 750 * time.Microsecond, time.Millisecond, 1500 * time.Microsecond}
+	n, delayed := make([]int, len(bounds)+1), make([]int, len(bounds)+1)
+	for i := range cpu {
+		b := len(bounds)
+		for j, bound := range bounds {
+			if cpu[i] <= bound {
+				b = j
+				break
+			}
+		}
+		n[b]++
+		if wall[i]-cpu[i] > 300*time.Microsecond {
+			delayed[b]++
+		}
+	}
+	var out strings.Builder
+	out.WriteString("delayed in their window, by CPU time:")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%g", float64(d)/float64(time.Millisecond)) }
+	for b := range n {
+		label := "> " + ms(bounds[len(bounds)-1])
+		if b < len(bounds) {
+			label = "<= " + ms(bounds[b])
+		}
+		fmt.Fprintf(&out, " %s ms %d/%d;", label, delayed[b], n[b])
+	}
+	return strings.TrimSuffix(out.String(), ";")
 }
 
 func orNone(s string) string {
@@ -463,4 +504,23 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 	}
 	res.note = fmt.Sprintf("installed by the hook's C front: %d of %d (CPU: the front's)", byFront, len(ids))
 	return res
+}
+
+func TestDelayedByCPU(t *testing.T) {
+	us := func(v ...int) timing.Samples {
+		var s timing.Samples
+		for _, x := range v {
+			s = append(s, time.Duration(x)*time.Microsecond)
+		}
+		return s
+	}
+	// CPU 0.4 (not delayed), 0.7 (delayed), 0.7, 1.2 (delayed), 3 (delayed).
+	wall, cpu := us(450, 9000, 800, 40000, 9000), us(400, 700, 700, 1200, 3000)
+	const want = "delayed in their window, by CPU time: <= 0.5 ms 0/1; <= 0.75 ms 1/2; <= 1 ms 0/0; <= 1.5 ms 1/1; > 1.5 ms 1/1"
+	if got := delayedByCPU(wall, cpu); got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	if got := delayedByCPU(wall, cpu[:2]); got != "" {
+		t.Fatalf("samples that do not pair up: %q, want nothing", got)
+	}
 }
