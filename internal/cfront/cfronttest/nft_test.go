@@ -111,6 +111,22 @@ func nftList(t *testing.T, nsPath, table string, strip bool) any {
 	return v
 }
 
+// nftConn is a connection of the library's in the namespace at nsPath,
+// open until the test ends.
+func nftConn(t *testing.T, nsPath string) *gnft.Conn {
+	t.Helper()
+	f, err := os.Open(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // withoutHandles drops every "handle" field: the kernel numbers objects
 // per namespace, in the order they are made.
 func withoutHandles(v any) any {
@@ -266,16 +282,7 @@ func TestNFTInstallCannotReturn(t *testing.T) {
 	if rules != -1 || !errors.Is(errno, syscall.EPERM) || !inTarget {
 		t.Fatalf("C install with the way back refused: %d, %v, thread in the target's namespace %v; want -1, EPERM, true", rules, errno, inTarget)
 	}
-	f, err := os.Open(ns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := c.ListTables()
+	tables, err := nftConn(t, ns.Path()).ListTables()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,15 +443,7 @@ func TestNFTVerifyTampered(t *testing.T) {
 			if ok, err := NFTVerify(ns.Path(), table, a); err != nil || !ok {
 				t.Fatalf("verify before the change: %t, %v; want true", ok, err)
 			}
-			f, err := os.Open(ns.Path())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := nftConn(t, ns.Path())
 			if err := tamper(c, &gnft.Table{Name: table, Family: gnft.TableFamilyINet}); err != nil {
 				t.Fatalf("change: %v", err)
 			}
