@@ -35,7 +35,6 @@
 // The bound of hook/state.go's maxStateBytes (CFRONT_MAX_SPEC is its
 // maxSpecBytes).
 #define MAX_STATE (1 << 20)
-#define CFRONT_MAX_DEPTH 64
 
 // What the hook's arguments and environment ask for (hook.ParseArgs).
 enum stage { STAGE_OTHER, STAGE_INSTALL, STAGE_POSTSTOP };

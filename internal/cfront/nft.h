@@ -1758,9 +1758,10 @@ out:
 	return rules;
 }
 
-// cfront_nft_install is prepare and apply on a state of its own: the whole
-// of (*nftables.Engine).Install for a namespace without our table, with
-// cfront_nft_apply's results.
+// cfront_nft_install is prepare and apply on a state of its own (calloc'd,
+// freed): the whole of (*nftables.Engine).Install for a namespace without
+// our table, with cfront_nft_apply's results, as the tests run it
+// (cfronttest). The fronts keep their state in static storage instead.
 static inline int cfront_nft_install(int nsfd, const char *table, const struct cfront_allowlist *a) {
 	struct cf_nft *s = calloc(1, sizeof *s);
 	if (!s)
