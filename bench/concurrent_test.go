@@ -269,6 +269,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 	busybox := testenv.RequireBinary(b, "busybox")
 	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
 	bursts := rounds(5)
+	host := hostHooks(b)
 	// SFORGE_BENCH_ONLY=<regexp> keeps the scenarios whose name matches.
 	keep := func(string) bool { return true }
 	if only := os.Getenv("SFORGE_BENCH_ONLY"); only != "" {
@@ -344,6 +345,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d isolated containers started at once (nftables, 4 entries), %d bursts (%d for dockerd); load average %s\n", concurrentContainers, bursts, max(1, bursts/2), loadAvg())
+	fmt.Fprintf(&out, "host: %s\n", host)
 	fmt.Fprintf(&out, "start = runtime create (runc) or docker run -d (dockerd), wall time; isolation = the install the shim or hook logs; ms p50 / p99\n")
 	fmt.Fprintf(&out, "%-34s %4s %4s  quantiles p50 p75 p90 p99 max (ms)\n", "scenario", "n", "fail")
 	for _, r := range results {
