@@ -37,6 +37,10 @@ const concurrentContainers = 32
 // hookCPURe reads the CPU time the hook's C front logs with an install.
 var hookCPURe = regexp.MustCompile(` cpu=(\S+) `)
 
+// queuedRe reads the time an install (the shim's or the hook's) spent
+// runnable but waiting for a CPU, as the kernel counts it.
+var queuedRe = regexp.MustCompile(` queued=(\S+) `)
+
 const (
 	dockerScenario = "dockerd 20.10, --runtime sforge"
 	hooksScenario  = "runc + sforge-hook (hooks.d)"
@@ -122,6 +126,10 @@ type concurrentResult struct {
 	started, failures int
 	start, isolation  timing.Samples
 	cpu               timing.Samples // the install's CPU time
+	// own is each install's wall time less its wait on the run queue:
+	// its work and any wait of its own (a lock, the kernel), without the
+	// host's queue for a CPU. Empty unless every install logged it.
+	own timing.Samples
 	// waited and preempted count the installs during which the shim's
 	// thread waited (a voluntary context switch) or was preempted (an
 	// involuntary one), as its log says; moved, those the Go runtime
@@ -144,6 +152,10 @@ func (r concurrentResult) String() string {
 		return fmt.Sprintf("%s %s %s %s %s", timing.Ms(s.Median()), timing.Ms(s.Quantile(0.75)), timing.Ms(s.Quantile(0.9)), timing.Ms(s.Quantile(0.99)), timing.Ms(s.Quantile(1)))
 	}
 	head := fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n", r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio)
+	if len(r.own) > 0 && len(r.own) == len(r.isolation) {
+		head += fmt.Sprintf("%43s isolation less run-queue wait %s (p99/p50 %.2fx)\n", "", q(r.own),
+			float64(r.own.Quantile(0.99))/float64(max(1, r.own.Median())))
+	}
 	if d := delayedByCPU(r.isolation, r.cpu); d != "" {
 		head += fmt.Sprintf("%43s %s\n", "", d)
 	}
@@ -231,20 +243,30 @@ func shimSwitches(tb testing.TB, log string, ids []string) (waited, preempted, m
 }
 
 // shimInstallTimes reads the install time (wall and CPU) of each container
-// id from a shim log.
-func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu timing.Samples) {
+// id from a shim log, and the wall time less the wait on the run queue
+// where every install logged that wait.
+func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own timing.Samples) {
 	b, err := os.ReadFile(log)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	got := map[string][2]time.Duration{}
-	for _, m := range shimInstallRe.FindAllStringSubmatch(string(b), -1) {
+	got, queued := map[string][2]time.Duration{}, map[string]time.Duration{}
+	for _, line := range strings.Split(string(b), "\n") {
+		m := shimInstallRe.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
 		w, err1 := time.ParseDuration(m[2])
 		c, err2 := time.ParseDuration(m[3])
 		if err1 != nil || err2 != nil {
 			tb.Fatalf("%q: %v %v", m[0], err1, err2)
 		}
 		got[m[1]] = [2]time.Duration{w, c}
+		if q := queuedRe.FindStringSubmatch(line); q != nil {
+			if queued[m[1]], err = time.ParseDuration(q[1]); err != nil {
+				tb.Fatalf("%q: %v", line, err)
+			}
+		}
 	}
 	for _, id := range ids {
 		d, ok := got[id]
@@ -252,8 +274,11 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu timing
 			tb.Fatalf("container %s: no isolation logged in %s", id, log)
 		}
 		wall, cpu = append(wall, d[0]), append(cpu, d[1])
+		if q, ok := queued[id]; ok {
+			own = append(own, d[0]-q)
+		}
 	}
-	return wall, cpu
+	return wall, cpu, own
 }
 
 func BenchmarkConcurrentStarts(b *testing.B) {
@@ -321,7 +346,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		}
 		res := concurrentResult{name: name}
 		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%d", k), bursts, &res)
-		res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+		res.isolation, res.cpu, res.own = shimInstallTimes(b, log, ids)
 		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 		if data, _ := os.ReadFile(log); sc.drop != nil && strings.Count(string(data), " front=c)") != len(ids) {
 			b.Fatalf("%s: %d of %d installs by the C front", name, strings.Count(string(data), " front=c)"), len(ids))
@@ -439,7 +464,7 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 		}
 		cancel()
 	}
-	res.isolation, res.cpu = shimInstallTimes(b, log, ids)
+	res.isolation, res.cpu, res.own = shimInstallTimes(b, log, ids)
 	res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 	if out, err := exec.Command("grep", "-c", "level=error", log).Output(); err == nil && strings.TrimSpace(string(out)) != "0" {
 		b.Errorf("the shim logged errors:\n%s", out)
@@ -475,7 +500,7 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 	if err != nil {
 		b.Fatal(err)
 	}
-	got, cpu, front := map[string]time.Duration{}, map[string]time.Duration{}, map[string]bool{}
+	got, cpu, queued, front := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}, map[string]bool{}
 	for _, line := range strings.Split(string(data), "\n") {
 		m := hookInstallRe.FindStringSubmatch(line)
 		if m == nil {
@@ -491,6 +516,11 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 				b.Fatalf("%q: %v", line, err)
 			}
 		}
+		if q := queuedRe.FindStringSubmatch(line); q != nil {
+			if queued[m[1]], err = time.ParseDuration(q[1]); err != nil {
+				b.Fatalf("%q: %v", line, err)
+			}
+		}
 	}
 	byFront := 0
 	for _, id := range ids {
@@ -499,6 +529,9 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 			b.Fatalf("container %s: no install logged in %s", id, log)
 		}
 		res.isolation = append(res.isolation, d)
+		if q, ok := queued[id]; ok {
+			res.own = append(res.own, d-q)
+		}
 		if front[id] {
 			byFront++
 			res.cpu = append(res.cpu, cpu[id])

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -93,6 +94,9 @@ func TestHookFrontInstall(t *testing.T) {
 			}
 			if byFront := strings.HasSuffix(line, " front=c"); byFront != withFront {
 				t.Fatalf("install line %q: by the front %v, want %v", line, byFront, withFront)
+			}
+			if withFront && !regexp.MustCompile(` cpu=\S+ queued=\S+ front=c$`).MatchString(line) {
+				t.Fatalf("install line %q: want the front's CPU time and wait for a CPU", line)
 			}
 			target := engine.Target{NetNS: n.Path(), ID: id}
 			if err := eng.Check(target, allow); err != nil {

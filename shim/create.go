@@ -304,11 +304,13 @@ func cpuTime() time.Duration {
 
 // threadSwitches are the calling thread's context switches so far:
 // voluntary (it waited for something) and involuntary (it was preempted),
-// and the thread. The install's share shows where its wall time went when
-// that is far above its CPU time on a busy host.
+// its time spent runnable but waiting for a CPU (-1: unknown), and the
+// thread. The install's share shows where its wall time went when that is
+// far above its CPU time on a busy host.
 type threadSwitches struct {
 	tid                    int
 	voluntary, involuntary int64
+	queued                 time.Duration
 }
 
 func switches() threadSwitches {
@@ -316,15 +318,40 @@ func switches() threadSwitches {
 	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
 		return threadSwitches{}
 	}
-	return threadSwitches{tid: unix.Gettid(), voluntary: ru.Nvcsw, involuntary: ru.Nivcsw}
+	return threadSwitches{tid: unix.Gettid(), voluntary: ru.Nvcsw, involuntary: ru.Nivcsw, queued: runDelay()}
 }
 
-// since renders the switches between a and s as "voluntary/involuntary",
-// or "moved" when the install did not stay on one thread (the Go runtime
+// runDelay is the calling thread's time on the run queue so far: the
+// second field of /proc/thread-self/schedstat (the kernel's sched_info,
+// kept whatever the schedstats setting; cfront_run_delay reads it for the
+// C fronts). -1 where it cannot be read.
+func runDelay() time.Duration {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return -1
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || ns < 0 {
+		return -1
+	}
+	return time.Duration(ns)
+}
+
+// since renders the switches between a and s as "voluntary/involuntary"
+// and the wait for a CPU as " queued=<duration>" when it is known, or
+// "moved" when the install did not stay on one thread (the Go runtime
 // moved its goroutine, itself a wait for the other thread to run).
 func (s threadSwitches) since(a threadSwitches) string {
 	if s.tid != a.tid {
 		return "moved"
 	}
-	return fmt.Sprintf("%d/%d", s.voluntary-a.voluntary, s.involuntary-a.involuntary)
+	out := fmt.Sprintf("%d/%d", s.voluntary-a.voluntary, s.involuntary-a.involuntary)
+	if a.queued >= 0 && s.queued >= a.queued {
+		out += " queued=" + (s.queued - a.queued).Round(time.Microsecond).String()
+	}
+	return out
 }

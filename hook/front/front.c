@@ -253,6 +253,7 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 // container must not start (the reason is on stderr and in the log).
 static int install(const struct opts *o, const char *stage, const struct sforge_hook_decision *d) {
 	struct timespec t0, t1, c0, c1;
+	long long queued0 = cfront_run_delay(); // the wait for a CPU, as the shim's front logs it
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	int fd = open(d->netns, O_RDONLY | O_CLOEXEC); // nft.h checks it is a namespace
@@ -277,14 +278,16 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 		return 0;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	long long queued1 = cfront_run_delay();
 	// The Go hook's line, then the install's CPU time (the wall time
-	// less what it spent waiting for a CPU or the kernel; the shim logs
-	// it too) and the mark of the front.
-	char took[32], cpu[32];
+	// less what it spent waiting for a CPU or the kernel), its wait on
+	// the run queue (the shim logs both too) and the mark of the front.
+	char took[32], cpu[32], queued[48];
 	cfront_duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 	cfront_duration(cpu, sizeof cpu, (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
-	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s front=c",
-	         d->id, stage, d->table, rules, took, cpu);
+	cfront_queued(queued, sizeof queued, queued0, queued1);
+	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s%s front=c",
+	         d->id, stage, d->table, rules, took, cpu, queued);
 	return 1;
 }
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -268,6 +269,44 @@ static inline void cfront_duration(char *out, size_t cap, long long ns) {
 		snprintf(out, cap, "%lld.%0*lld%s", whole, cfront_digits, frac, unit);
 	else
 		snprintf(out, cap, "%lld%s", whole, unit);
+}
+
+// cfront_run_delay is the time the calling thread has spent runnable but
+// waiting for a CPU, in ns: the second field of /proc/thread-self/schedstat,
+// which the kernel keeps (sched_info) whatever the schedstats setting. An
+// install's share of it is what the host's run queue added to its wall
+// time. -1 where it cannot be read.
+static inline long long cfront_run_delay(void) {
+	char buf[128];
+	ssize_t n = cfront_read_small("/proc/thread-self/schedstat", buf, sizeof buf - 1);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *p = buf, *end;
+	for (int field = 0; field < 2; field++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		errno = 0;
+		unsigned long long v = strtoull(p, &end, 10);
+		if (errno || (*end != ' ' && *end != '\n'))
+			return -1;
+		if (field == 1)
+			return v > (unsigned long long)LLONG_MAX ? -1 : (long long)v;
+		p = end + 1;
+	}
+	return -1;
+}
+
+// cfront_queued writes " queued=<duration>", the run-queue wait between
+// two cfront_run_delay readings, as the fronts' install lines carry it
+// (after the CPU time), or "" when either could not be read.
+static inline void cfront_queued(char *out, size_t cap, long long before, long long after) {
+	static const char key[] = " queued=";
+	out[0] = 0;
+	if (before < 0 || after < before || cap < sizeof key + 16)
+		return;
+	memcpy(out, key, sizeof key);
+	cfront_duration(out + sizeof key - 1, cap - (sizeof key - 1), after - before);
 }
 
 // cfront_kernel_nft mirrors nftables.Supported's version test: a kernel older than

@@ -341,6 +341,9 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	// From here the container exists: everything ends in rules installed,
 	// a container deleted, or the Go shim doing one or the other.
 	sforge_front_created = 1;
+	// The thread's wait for a CPU so far, read on either side of the
+	// window: the log tells the host's run queue from the install's work.
+	long long queued0 = cfront_run_delay();
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	struct rusage r0, r1;
@@ -358,6 +361,7 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	if (rules == 0)
 		return; // nothing of ours left in the namespace: Go installs
 	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
+	long long queued1 = cfront_run_delay();
 	getrusage(RUSAGE_THREAD, &r1);
 	char log_file[4096];
 	snprintf(log_file, sizeof log_file, "%s", c->log);
@@ -379,17 +383,18 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	}
 	// The Go shim's line (create.go), and the mark of the front; it names
 	// CAP_NET_RAW only when it was in the spec.
-	char install[32], cpu[32], total[32], spec_d[32], runc_d[32];
+	char install[32], cpu[32], total[32], spec_d[32], runc_d[32], queued[48];
 	cfront_duration(install, sizeof install, install_ns);
 	cfront_duration(cpu, sizeof cpu, cpu_ns);
 	cfront_duration(total, sizeof total, since(&t0, CLOCK_MONOTONIC));
 	cfront_duration(spec_d, sizeof spec_d, spec_ns);
 	cfront_duration(runc_d, sizeof runc_d, runc_ns);
+	cfront_queued(queued, sizeof queued, queued0, queued1);
 	snprintf(msg, sizeof msg,
 	         "container %s: isolated before start (engine=nftables table=%s rules=%d endpoints=%zu resolvers=%zu ipv6=filtered "
-	         "install=%s install-cpu=%s total=%s switches=%ld/%ld spec=%s runc=%s front=c)%s",
+	         "install=%s install-cpu=%s total=%s switches=%ld/%ld%s spec=%s runc=%s front=c)%s",
 	         p->id, p->table, rules, p->allow.n_endpoints, p->allow.n_dns, install, cpu, total,
-	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, spec_d, runc_d, p->edited ? ", CAP_NET_RAW dropped" : "");
+	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued, spec_d, runc_d, p->edited ? ", CAP_NET_RAW dropped" : "");
 	log_line(log_file, 0, "info", msg);
 	_exit(0);
 }
