@@ -37,8 +37,10 @@ const concurrentContainers = 32
 // hookCPURe reads the CPU time the hook's C front logs with an install.
 var hookCPURe = regexp.MustCompile(` cpu=(\S+) `)
 
-// queuedRe reads the time an install (the shim's or the hook's) spent
-// runnable but waiting for a CPU, as the kernel counts it.
+// queuedRe reads the time an install spent runnable but waiting for a
+// CPU, as the kernel counts it. The C fronts read it inside the span their
+// install time covers, so the one less the other is the install's own
+// time; the Go shim reads it around its engine's timing, not inside.
 var queuedRe = regexp.MustCompile(` queued=(\S+) `)
 
 const (
@@ -126,9 +128,10 @@ type concurrentResult struct {
 	started, failures int
 	start, isolation  timing.Samples
 	cpu               timing.Samples // the install's CPU time
-	// own is each install's wall time less its wait on the run queue:
-	// its work and any wait of its own (a lock, the kernel), without the
-	// host's queue for a CPU. Empty unless every install logged it.
+	// own is each install's wall time less its wait on the run queue
+	// (read inside that span): its work and any wait of its own (a lock,
+	// the kernel), without the host's queue for a CPU. Only for installs
+	// by a C front, and empty unless every install was.
 	own timing.Samples
 	// waited and preempted count the installs during which the shim's
 	// thread waited (a voluntary context switch) or was preempted (an
@@ -243,14 +246,14 @@ func shimSwitches(tb testing.TB, log string, ids []string) (waited, preempted, m
 }
 
 // shimInstallTimes reads the install time (wall and CPU) of each container
-// id from a shim log, and the wall time less the wait on the run queue
-// where every install logged that wait.
+// id from a shim log, and for the C front's installs their own time: the
+// install time less the wait on the run queue.
 func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own timing.Samples) {
 	b, err := os.ReadFile(log)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	got, queued := map[string][2]time.Duration{}, map[string]time.Duration{}
+	got, ownOf := map[string][2]time.Duration{}, map[string]time.Duration{}
 	for _, line := range strings.Split(string(b), "\n") {
 		m := shimInstallRe.FindStringSubmatch(line)
 		if m == nil {
@@ -262,10 +265,12 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own t
 			tb.Fatalf("%q: %v %v", m[0], err1, err2)
 		}
 		got[m[1]] = [2]time.Duration{w, c}
-		if q := queuedRe.FindStringSubmatch(line); q != nil {
-			if queued[m[1]], err = time.ParseDuration(q[1]); err != nil {
+		if q := queuedRe.FindStringSubmatch(line); q != nil && strings.Contains(line, " front=c)") {
+			qd, err := time.ParseDuration(q[1])
+			if err != nil {
 				tb.Fatalf("%q: %v", line, err)
 			}
+			ownOf[m[1]] = w - qd
 		}
 	}
 	for _, id := range ids {
@@ -274,8 +279,8 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own t
 			tb.Fatalf("container %s: no isolation logged in %s", id, log)
 		}
 		wall, cpu = append(wall, d[0]), append(cpu, d[1])
-		if q, ok := queued[id]; ok {
-			own = append(own, d[0]-q)
+		if o, ok := ownOf[id]; ok {
+			own = append(own, o)
 		}
 	}
 	return wall, cpu, own

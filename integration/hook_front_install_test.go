@@ -135,7 +135,7 @@ func TestHookFrontInstall(t *testing.T) {
 		// and cannot come back (setns refused, as only a seccomp filter
 		// can make it): the container must not start, and nothing of ours
 		// is installed.
-		wrap = []string{denySetns(t), "5"} // the state's memory file is 3, the target 4, the way back 5
+		wrap = []string{denySetns(t), "6"} // the state's memory file is 3, the schedstat 4, the target 5, the way back 6
 		defer func() { wrap = nil }()
 		const id = "front-stuck"
 		stderr, goRan, err := run(t, id, bundle, true)

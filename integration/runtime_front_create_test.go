@@ -211,7 +211,7 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		// seccomp filter can make it): it deletes the container, and the
 		// create fails with one line.
 		s := newShimRuntime(t, engines.Auto)
-		s.wrap = []string{denySetns(t), "3"} // open_netns leaves 3 free for the way back, the target on 4
+		s.wrap = []string{denySetns(t), "4"} // the schedstat is 3; open_netns leaves 4 free for the way back, the target on 5
 		b, _ := bundle(t, false, nil)
 		const id = "front-cannot-return"
 		_, err := s.create(t, b, id)

@@ -247,15 +247,13 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	return DECIDE_INSTALL;
 }
 
-// install does what decide decided, as the nftables engine's Install and
-// hook.install's log line: 1 when the rules are in, 0 to leave it to the
-// Go hook (nothing of ours is left in the namespace), -1 when the
-// container must not start (the reason is on stderr and in the log).
-static int install(const struct opts *o, const char *stage, const struct sforge_hook_decision *d) {
+// install_timed is install with its log line timed; sched is the thread's
+// schedstat (cfront_schedstat_open), -1 if none.
+static int install_timed(const struct opts *o, const char *stage, const struct sforge_hook_decision *d, int sched) {
 	struct timespec t0, t1, c0, c1;
-	long long queued0 = cfront_run_delay(); // the wait for a CPU, as the shim's front logs it
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	long long queued0 = cfront_run_delay(sched);
 	int fd = open(d->netns, O_RDONLY | O_CLOEXEC); // nft.h checks it is a namespace
 	if (fd < 0)
 		return 0;
@@ -276,9 +274,9 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 	}
 	if (rules == 0)
 		return 0;
+	long long queued1 = cfront_run_delay(sched);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
-	long long queued1 = cfront_run_delay();
 	// The Go hook's line, then the install's CPU time (the wall time
 	// less what it spent waiting for a CPU or the kernel), its wait on
 	// the run queue (the shim logs both too) and the mark of the front.
@@ -289,6 +287,20 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s%s front=c",
 	         d->id, stage, d->table, rules, took, cpu, queued);
 	return 1;
+}
+
+// install does what decide decided, as the nftables engine's Install and
+// hook.install's log line: 1 when the rules are in, 0 to leave it to the
+// Go hook (nothing of ours is left in the namespace), -1 when the
+// container must not start (the reason is on stderr and in the log).
+static int install(const struct opts *o, const char *stage, const struct sforge_hook_decision *d) {
+	// The wait for a CPU, as the shim's front logs it: read at both ends
+	// inside the window.
+	int sched = cfront_schedstat_open();
+	int r = install_timed(o, stage, d, sched);
+	if (sched >= 0)
+		close(sched);
+	return r;
 }
 
 // put_back makes what was read from stdin readable again at fd 0, from a

@@ -271,14 +271,26 @@ static inline void cfront_duration(char *out, size_t cap, long long ns) {
 		snprintf(out, cap, "%lld%s", whole, unit);
 }
 
-// cfront_run_delay is the time the calling thread has spent runnable but
-// waiting for a CPU, in ns: the second field of /proc/thread-self/schedstat,
-// which the kernel keeps (sched_info) whatever the schedstats setting. An
-// install's share of it is what the host's run queue added to its wall
-// time. -1 where it cannot be read.
-static inline long long cfront_run_delay(void) {
+// cfront_schedstat_open opens the calling thread's scheduler statistics
+// for cfront_run_delay, before the window it measures, so that reading it
+// there is one pread: -1 where there are none.
+static inline int cfront_schedstat_open(void) {
+	return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+}
+
+// cfront_run_delay is the time the thread whose schedstat fd is has spent
+// runnable but waiting for a CPU, in ns: the file's second field, which the
+// kernel keeps (sched_info) whatever the schedstats setting. An install's
+// share of it is what the host's run queue added to its wall time. The
+// fronts read it inside their timed window, after its start and before its
+// end: a wait at a system call's return on either side of the reading is
+// then in the wall time, so the wall time less the wait never undercounts
+// the install's own time. -1 where it cannot be read.
+static inline long long cfront_run_delay(int fd) {
 	char buf[128];
-	ssize_t n = cfront_read_small("/proc/thread-self/schedstat", buf, sizeof buf - 1);
+	if (fd < 0)
+		return -1;
+	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
 	if (n <= 0)
 		return -1;
 	buf[n] = 0;

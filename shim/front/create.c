@@ -341,27 +341,32 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	// From here the container exists: everything ends in rules installed,
 	// a container deleted, or the Go shim doing one or the other.
 	sforge_front_created = 1;
-	// The thread's wait for a CPU so far, read on either side of the
-	// window: the log tells the host's run queue from the install's work.
-	long long queued0 = cfront_run_delay();
+	// The thread's wait for a CPU, read at both ends inside the window:
+	// the log tells the host's run queue from the install's work.
+	int sched = cfront_schedstat_open();
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 	struct rusage r0, r1;
 	getrusage(RUSAGE_THREAD, &r0);
+	long long queued0 = cfront_run_delay(sched);
 	long pid = read_pid(p->pid_file);
 	int fd = pid ? open_netns(pid) : -1;
 	if (fd < 0 || host_netns(fd)) {
 		if (fd >= 0)
 			close(fd);
+		if (sched >= 0)
+			close(sched);
 		return; // Go reads the pid file again, or says why, and deletes
 	}
 	int rules = cfront_nft_apply(&nft, fd);
 	int err = errno;
 	close(fd);
+	long long queued1 = cfront_run_delay(sched);
+	if (sched >= 0)
+		close(sched);
 	if (rules == 0)
 		return; // nothing of ours left in the namespace: Go installs
 	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
-	long long queued1 = cfront_run_delay();
 	getrusage(RUSAGE_THREAD, &r1);
 	char log_file[4096];
 	snprintf(log_file, sizeof log_file, "%s", c->log);
