@@ -34,8 +34,12 @@ import (
 
 const concurrentContainers = 32
 
-// hookCPURe reads the CPU time the hook's C front logs with an install.
-var hookCPURe = regexp.MustCompile(` cpu=(\S+) `)
+// hookCPURe reads the CPU time the hook's C front logs with an install,
+// hookSwitchesRe its thread's context switches (voluntary/involuntary).
+var (
+	hookCPURe      = regexp.MustCompile(` cpu=(\S+) `)
+	hookSwitchesRe = regexp.MustCompile(` switches=(\d+)/(\d+) `)
+)
 
 // queuedRe reads the time an install spent runnable but waiting for a
 // CPU, as the kernel counts it. The C fronts read it inside the span their
@@ -133,13 +137,19 @@ type concurrentResult struct {
 	// the kernel), without the host's queue for a CPU. Only for installs
 	// by a C front, and empty unless every install was.
 	own timing.Samples
+	// unaccounted counts the installs whose wall time exceeds their CPU
+	// time and run-queue wait by more than 0.3 ms although their thread
+	// never slept (no voluntary switch): time the guest kernel did not
+	// see the thread run or wait, which on a virtual machine is the vCPU
+	// not running.
+	unaccounted int
 	// waited and preempted count the installs during which the shim's
 	// thread waited (a voluntary context switch) or was preempted (an
 	// involuntary one), as its log says; moved, those the Go runtime
 	// moved to another thread.
 	waited, preempted, moved int
 	leftover                 string
-	note                     string // for a scenario without switch counts (the hook)
+	note                     string // the hook's: how many installs its C front made
 }
 
 func (r concurrentResult) String() string {
@@ -156,18 +166,18 @@ func (r concurrentResult) String() string {
 	}
 	head := fmt.Sprintf("%-34s %4d %4d  start %s\n%43s isolation wall %s (p99/p50 %.2fx)\n", r.name, r.started, r.failures, q(r.start), "", q(r.isolation), ratio)
 	if len(r.own) > 0 && len(r.own) == len(r.isolation) {
-		head += fmt.Sprintf("%43s isolation less run-queue wait %s (p99/p50 %.2fx)\n", "", q(r.own),
-			float64(r.own.Quantile(0.99))/float64(max(1, r.own.Median())))
+		head += fmt.Sprintf("%43s isolation less run-queue wait %s (p99/p50 %.2fx); not CPU, not queued, no sleep: %d\n", "", q(r.own),
+			float64(r.own.Quantile(0.99))/float64(max(1, r.own.Median())), r.unaccounted)
 	}
 	if d := delayedByCPU(r.isolation, r.cpu); d != "" {
 		head += fmt.Sprintf("%43s %s\n", "", d)
 	}
-	if r.note != "" { // the hook: no context switches logged
-		return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx)\n%43s %s; tables left: %s",
-			"", q(r.cpu), cpuRatio, "", r.note, orNone(r.leftover))
-	}
-	return head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
+	out := head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
 		"", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
+	if r.note != "" {
+		out += fmt.Sprintf("\n%43s %s", "", r.note)
+	}
+	return out
 }
 
 // delayedByCPU tells, for the installs grouped by their CPU time, how
@@ -208,6 +218,10 @@ func delayedByCPU(wall, cpu timing.Samples) string {
 	return strings.TrimSuffix(out.String(), ";")
 }
 
+// unaccountedGap is the least wall time over CPU time and run-queue wait
+// that counts an install as unaccounted (concurrentResult.unaccounted).
+const unaccountedGap = 300 * time.Microsecond
+
 func orNone(s string) string {
 	if s == "" {
 		return "none"
@@ -246,14 +260,15 @@ func shimSwitches(tb testing.TB, log string, ids []string) (waited, preempted, m
 }
 
 // shimInstallTimes reads the install time (wall and CPU) of each container
-// id from a shim log, and for the C front's installs their own time: the
-// install time less the wait on the run queue.
-func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own timing.Samples) {
+// id from a shim log, and for the C front's installs their own time (the
+// install time less the wait on the run queue) and how many of them are
+// unaccounted (concurrentResult.unaccounted).
+func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own timing.Samples, unaccounted int) {
 	b, err := os.ReadFile(log)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	got, ownOf := map[string][2]time.Duration{}, map[string]time.Duration{}
+	got, ownOf, gap := map[string][2]time.Duration{}, map[string]time.Duration{}, map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n") {
 		m := shimInstallRe.FindStringSubmatch(line)
 		if m == nil {
@@ -271,6 +286,8 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own t
 				tb.Fatalf("%q: %v", line, err)
 			}
 			ownOf[m[1]] = w - qd
+			sw := shimSwitchesRe.FindStringSubmatch(line)
+			gap[m[1]] = w-c-qd > unaccountedGap && sw != nil && strings.HasPrefix(sw[2], "0/")
 		}
 	}
 	for _, id := range ids {
@@ -282,8 +299,11 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own t
 		if o, ok := ownOf[id]; ok {
 			own = append(own, o)
 		}
+		if gap[id] {
+			unaccounted++
+		}
 	}
-	return wall, cpu, own
+	return wall, cpu, own, unaccounted
 }
 
 func BenchmarkConcurrentStarts(b *testing.B) {
@@ -351,7 +371,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		}
 		res := concurrentResult{name: name}
 		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%d", k), bursts, &res)
-		res.isolation, res.cpu, res.own = shimInstallTimes(b, log, ids)
+		res.isolation, res.cpu, res.own, res.unaccounted = shimInstallTimes(b, log, ids)
 		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 		if data, _ := os.ReadFile(log); sc.drop != nil && strings.Count(string(data), " front=c)") != len(ids) {
 			b.Fatalf("%s: %d of %d installs by the C front", name, strings.Count(string(data), " front=c)"), len(ids))
@@ -469,7 +489,7 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 		}
 		cancel()
 	}
-	res.isolation, res.cpu, res.own = shimInstallTimes(b, log, ids)
+	res.isolation, res.cpu, res.own, res.unaccounted = shimInstallTimes(b, log, ids)
 	res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
 	if out, err := exec.Command("grep", "-c", "level=error", log).Output(); err == nil && strings.TrimSpace(string(out)) != "0" {
 		b.Errorf("the shim logged errors:\n%s", out)
@@ -506,6 +526,7 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 		b.Fatal(err)
 	}
 	got, cpu, queued, front := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}, map[string]bool{}
+	switched := map[string][2]bool{}
 	for _, line := range strings.Split(string(data), "\n") {
 		m := hookInstallRe.FindStringSubmatch(line)
 		if m == nil {
@@ -526,6 +547,9 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 				b.Fatalf("%q: %v", line, err)
 			}
 		}
+		if sw := hookSwitchesRe.FindStringSubmatch(line); sw != nil {
+			switched[m[1]] = [2]bool{sw[1] != "0", sw[2] != "0"}
+		}
 	}
 	byFront := 0
 	for _, id := range ids {
@@ -536,6 +560,15 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 		res.isolation = append(res.isolation, d)
 		if q, ok := queued[id]; ok {
 			res.own = append(res.own, d-q)
+			if d-cpu[id]-q > unaccountedGap && !switched[id][0] {
+				res.unaccounted++
+			}
+		}
+		if sw := switched[id]; sw[0] {
+			res.waited++
+		}
+		if sw := switched[id]; sw[1] {
+			res.preempted++
 		}
 		if front[id] {
 			byFront++

@@ -95,8 +95,8 @@ func TestHookFrontInstall(t *testing.T) {
 			if byFront := strings.HasSuffix(line, " front=c"); byFront != withFront {
 				t.Fatalf("install line %q: by the front %v, want %v", line, byFront, withFront)
 			}
-			if withFront && !regexp.MustCompile(` cpu=\S+ queued=\S+ front=c$`).MatchString(line) {
-				t.Fatalf("install line %q: want the front's CPU time and wait for a CPU", line)
+			if withFront && !regexp.MustCompile(` cpu=\S+ switches=\d+/\d+ queued=\S+ front=c$`).MatchString(line) {
+				t.Fatalf("install line %q: want the front's CPU time, switches and wait for a CPU", line)
 			}
 			target := engine.Target{NetNS: n.Path(), ID: id}
 			if err := eng.Check(target, allow); err != nil {

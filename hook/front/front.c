@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -251,8 +252,10 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 // schedstat (cfront_schedstat_open), -1 if none.
 static int install_timed(const struct opts *o, const char *stage, const struct sforge_hook_decision *d, int sched) {
 	struct timespec t0, t1, c0, c1;
+	struct rusage r0, r1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	getrusage(RUSAGE_THREAD, &r0);
 	long long queued0 = cfront_run_delay(sched);
 	int fd = open(d->netns, O_RDONLY | O_CLOEXEC); // nft.h checks it is a namespace
 	if (fd < 0)
@@ -275,17 +278,20 @@ static int install_timed(const struct opts *o, const char *stage, const struct s
 	if (rules == 0)
 		return 0;
 	long long queued1 = cfront_run_delay(sched);
+	getrusage(RUSAGE_THREAD, &r1);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	// The Go hook's line, then the install's CPU time (the wall time
-	// less what it spent waiting for a CPU or the kernel), its wait on
-	// the run queue (the shim logs both too) and the mark of the front.
+	// less what it spent waiting for a CPU or the kernel), its context
+	// switches (voluntary: it waited for something; involuntary: it was
+	// preempted), its wait on the run queue (the shim logs these too) and
+	// the mark of the front.
 	char took[32], cpu[32], queued[48];
 	cfront_duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 	cfront_duration(cpu, sizeof cpu, (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
 	cfront_queued(queued, sizeof queued, queued0, queued1);
-	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s%s front=c",
-	         d->id, stage, d->table, rules, took, cpu, queued);
+	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s switches=%ld/%ld%s front=c",
+	         d->id, stage, d->table, rules, took, cpu, r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued);
 	return 1;
 }
 
