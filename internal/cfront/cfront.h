@@ -278,9 +278,10 @@ static inline int cfront_schedstat_open(void) {
 	return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 }
 
-// cfront_run_delay is the time the thread whose schedstat fd is has spent
-// runnable but waiting for a CPU, in ns: the file's second field, which the
-// kernel keeps (sched_info) whatever the schedstats setting. An install's
+// cfront_run_delay reads from fd (cfront_schedstat_open) the time its
+// thread has spent runnable but waiting for a CPU, in ns: the file's second
+// field, which the kernel keeps (sched_info) whatever the schedstats
+// setting. An install's
 // share of it is what the host's run queue added to its wall time. The
 // fronts read it inside their timed window, after its start and before its
 // end: a wait at a system call's return on either side of the reading is

@@ -362,11 +362,11 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	int err = errno;
 	close(fd);
 	long long queued1 = cfront_run_delay(sched);
+	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
 	if (sched >= 0)
 		close(sched);
 	if (rules == 0)
 		return; // nothing of ours left in the namespace: Go installs
-	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
 	getrusage(RUSAGE_THREAD, &r1);
 	char log_file[4096];
 	snprintf(log_file, sizeof log_file, "%s", c->log);
