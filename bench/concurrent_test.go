@@ -143,10 +143,10 @@ type concurrentResult struct {
 	// see the thread run or wait, which on a virtual machine is the vCPU
 	// not running.
 	unaccounted int
-	// waited and preempted count the installs during which the shim's
-	// thread waited (a voluntary context switch) or was preempted (an
-	// involuntary one), as its log says; moved, those the Go runtime
-	// moved to another thread.
+	// waited and preempted count the installs during which the
+	// installing thread (the shim's, or the hook's C front) waited (a
+	// voluntary context switch) or was preempted (an involuntary one), as
+	// its log says; moved, those the Go runtime moved to another thread.
 	waited, preempted, moved int
 	leftover                 string
 	note                     string // the hook's: how many installs its C front made
