@@ -485,12 +485,13 @@ func loadAvg() string {
 
 // hookKeeperEnv runs the benchmarks on a host whose netfilter hooks are in
 // use. By default the host is left as it is; on a host where no namespace
-// uses a netfilter hook (a bare CI machine), every isolated container turns the kernel's hook static keys on when
-// its rules go in and off when its namespace dies, a code patch with
-// cross-CPU interrupts each way (BENCHMARKS.md, "Fifth round"). Our table
-// is inet and matches conntrack state, so the kernel tracks both IPv4 and
-// IPv6 connections in the container's namespace (nf_ct_netns_get for
-// NFPROTO_INET), whatever family the rule is for.
+// uses a netfilter hook (a bare CI machine), every isolated container
+// turns the kernel's hook static keys on when its rules go in and off
+// when its namespace dies, a code patch with cross-CPU interrupts each way
+// (BENCHMARKS.md, "Fifth round"). Our table is inet and matches conntrack
+// state, so the kernel tracks both IPv4 and IPv6 connections in the
+// container's namespace (nf_ct_netns_get for NFPROTO_INET), whatever
+// family the rule is for.
 //
 //   - 1 (or docker): a test namespace holds the rules Docker 20.10 writes
 //     at start (testdata/docker-20.10-host.rules: IPv4 filter and NAT,
@@ -505,37 +506,36 @@ const hookKeeperEnv = "SFORGE_BENCH_HOOKS_IN_USE"
 // hostHooks sets up what hookKeeperEnv asks for and says which host the
 // run measures.
 func hostHooks(b *testing.B) string {
-	var files []string
+	type ruleset struct{ file, restore string }
+	docker := ruleset{"docker-20.10-host.rules", "iptables-restore"}
+	ipv6 := ruleset{"ipv6-stateful-host.rules", "ip6tables-restore"}
+	var load []ruleset
 	var host string
 	switch v := os.Getenv(hookKeeperEnv); v {
 	case "":
 		return "as it is (" + hookKeeperEnv + "=docker: with Docker's host rules in a test namespace; =all: and IPv6 conntrack)"
 	case "1", "docker":
-		files = []string{"docker-20.10-host.rules"}
+		load = []ruleset{docker}
 		host = "Docker 20.10's host rules in a test namespace (" + hookKeeperEnv + "=" + v + ": netfilter hooks and IPv4 conntrack in use, as on a Docker host)"
 	case "all":
-		files = []string{"docker-20.10-host.rules", "ipv6-stateful-host.rules"}
+		load = []ruleset{docker, ipv6}
 		host = "Docker 20.10's host rules and a stateful IPv6 firewall in a test namespace (" + hookKeeperEnv + "=all: every hook an isolated container uses is in use)"
 	default:
 		b.Fatalf("%s=%q: want docker (or 1), all, or nothing", hookKeeperEnv, v)
 	}
 	keeper := testenv.NewNetNS(b)
 	nsenter := testenv.RequireBinary(b, "nsenter")
-	for _, f := range files {
-		restore := "iptables-restore"
-		if strings.HasPrefix(f, "ipv6") {
-			restore = "ip6tables-restore"
-		}
-		rules, err := os.Open(filepath.Join("testdata", f))
+	for _, r := range load {
+		rules, err := os.Open(filepath.Join("testdata", r.file))
 		if err != nil {
 			b.Fatal(err)
 		}
-		cmd := exec.Command(nsenter, "--net="+keeper.Path(), testenv.RequireBinary(b, restore))
+		cmd := exec.Command(nsenter, "--net="+keeper.Path(), testenv.RequireBinary(b, r.restore))
 		cmd.Stdin = rules
 		out, err := cmd.CombinedOutput()
 		rules.Close()
 		if err != nil {
-			b.Fatalf("%s: loading %s into %s: %v\n%s", hookKeeperEnv, f, keeper.Path(), err, out)
+			b.Fatalf("%s: loading %s into %s: %v\n%s", hookKeeperEnv, r.file, keeper.Path(), err, out)
 		}
 	}
 	return host

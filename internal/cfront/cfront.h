@@ -281,12 +281,12 @@ static inline int cfront_schedstat_open(void) {
 // cfront_run_delay reads from fd (cfront_schedstat_open) the time its
 // thread has spent runnable but waiting for a CPU, in ns: the file's second
 // field, which the kernel keeps (sched_info) whatever the schedstats
-// setting. An install's
-// share of it is what the host's run queue added to its wall time. The
-// fronts read it inside their timed window, after its start and before its
-// end: a wait at a system call's return on either side of the reading is
-// then in the wall time, so the wall time less the wait never undercounts
-// the install's own time. -1 where it cannot be read.
+// setting. An install's share of it is what the host's run queue added to
+// its wall time. The fronts read it inside their timed window, after its
+// start and before its end: a wait at a system call's return on either
+// side of the reading is then in the wall time, so the wall time less the
+// wait never undercounts the install's own time. -1 where it cannot be
+// read.
 static inline long long cfront_run_delay(int fd) {
 	char buf[128];
 	if (fd < 0)
