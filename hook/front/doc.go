@@ -10,7 +10,7 @@
 // container, at create and at delete. At poststop, for a container whose
 // network namespace was its own, there is nothing to remove: the rules
 // died with the namespace. At createRuntime the work itself, one netlink
-// batch and its read-back, takes a fraction of the Go start.
+// batch and the check of its echo, takes a fraction of the Go start.
 //
 // The front is an optimisation and nothing else. At poststop it exits only
 // when it is sure that the Go hook would return 0 without doing or logging

@@ -10,7 +10,7 @@
 // which waits for `runc start` and has run nothing of the user's. This file
 // does that before the Go runtime starts, with the C engine
 // (internal/cfront/nft.h), and exits 0 only once the rules are installed
-// and read back. The Go shim's own start (a Go process, more than the whole
+// and the kernel's echo of them checked. The Go shim's own start (a Go process, more than the whole
 // install) is what it saves.
 //
 // Before runc create, anything the front is not sure of (a spec it does not
@@ -318,7 +318,7 @@ static const char *delete_container(const struct sforge_front_cfg *c, char **arg
 void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv, int cmd, struct sforge_front_plan *p,
                                   const struct timespec *begin) {
 	// The rules' plan, made before the container exists: from runc's
-	// create to the rules' read-back, only the netlink exchange runs. The
+	// create to the rules' check, only the netlink exchange runs. The
 	// front installs once, so its state is static storage (zero, and no
 	// unmapping of it on the way out).
 	static struct cf_nft nft;

@@ -11,12 +11,12 @@
 // modeAfterCreate): CAP_NET_RAW dropped from config.json, `runc create` as
 // its child, then the rules in the created container's namespace before it
 // returns. The front does that with the C nftables engine
-// (internal/cfront/nft.h) and exits 0 once the rules are read back
-// (create.c). Before runc runs, anything it is not sure of goes to the Go
+// (internal/cfront/nft.h) and exits 0 once the kernel's echo of the rules
+// is checked (create.c). Before runc runs, anything it is not sure of goes to the Go
 // shim; after, a container it could not isolate is handed to the Go shim
 // (Created), which installs with the Go engine or deletes it and fails.
 // The rules' plan and netlink batch are made before runc runs, so that
-// between the container's creation and the read-back only the exchange
+// between the container's creation and the rules' check only the exchange
 // with the kernel runs (BENCHMARKS.md, "Ninth round").
 //
 // Why C: sforge-runtime is on every runc invocation of every container,

@@ -31,9 +31,44 @@ package cfronttest
 // 	return cfront_nft_install(nsfd, table, a);
 // }
 //
-// // cfronttest_nft_verify runs the C's read-back alone: the plan for a,
-// // compared with what the namespace holds (cf_nft_verify). 1: the same;
-// // 0: not; -1: no plan or no socket; -2: the thread is stuck in nsfd.
+// // cfronttest_nft_dump sends a GET dump request (family inet; the table,
+// // then the attribute a2 with v2, when given) and hands each answer to
+// // fn, until NLMSG_DONE. 1 when it ended well; 0 on an error (errno set).
+// static int cfronttest_nft_dump(struct cf_nft *s, int msg, const char *table, uint16_t a2, const char *v2, cf_nft_fn fn) {
+// 	struct cf_nft_buf b = {s->q, 0, sizeof s->q, 0};
+// 	size_t m = cf_nft_msg(s, &b, cf_nft_type(msg), CF_NLM_F_REQUEST | CF_NLM_F_DUMP, CF_NFPROTO_INET, 0);
+// 	if (table)
+// 		cf_nft_str(&b, 1, table); // NFTA_{TABLE_NAME,SET_TABLE,RULE_TABLE,SET_ELEM_LIST_TABLE}
+// 	if (v2)
+// 		cf_nft_str(&b, a2, v2);
+// 	cf_nft_msg_end(&b, m);
+// 	uint32_t seq = s->seq;
+// 	if (b.bad || !cf_nft_send(s, s->q, b.len))
+// 		return 0;
+// 	for (;;) {
+// 		size_t len = cf_nft_recv(s);
+// 		if (len == 0)
+// 			return 0;
+// 		size_t at = 0;
+// 		struct cf_nft_msgview v;
+// 		while (cf_nft_next(s->rx, len, &at, &v)) {
+// 			if (v.seq != seq)
+// 				continue; // an answer to an earlier request
+// 			if (v.type == CF_NLMSG_ERROR || v.type == CF_NLMSG_DONE) {
+// 				int err = v.type == CF_NLMSG_DONE && v.len < 4 ? 0 : cf_nft_errno(&v);
+// 				errno = err;
+// 				return err == 0;
+// 			}
+// 			fn(s, &v);
+// 		}
+// 	}
+// }
+//
+// // cfronttest_nft_verify compares the plan for a with what the namespace
+// // holds, read back with dumps (the messages the install's echoes are):
+// // the C's comparison (cf_nft_verify) on a table the test made or changed.
+// // 1: the same; 0: not; -1: no plan, no socket or no answer; -2: the
+// // thread is stuck in nsfd.
 // static int cfronttest_nft_verify(int nsfd, const char *table, const struct cfront_allowlist *a) {
 // 	struct cf_nft *s = calloc(1, sizeof *s);
 // 	if (!s)
@@ -45,13 +80,42 @@ package cfronttest
 // 		s->fd = cf_nft_socket(nsfd);
 // 		if (s->fd == -2)
 // 			ok = -2;
-// 		else if (s->fd >= 0)
+// 		else if (s->fd < 0 || !cfronttest_nft_dump(s, CF_NFT_MSG_GETCHAIN, NULL, 0, NULL, cf_nft_on_chain))
+// 			ok = -1;
+// 		else if (s->n_got_chains != 4)
+// 			ok = 0; // not our table, or none: the other dumps would find no table
+// 		else if (cfronttest_nft_dump(s, CF_NFT_MSG_GETSET, table, 0, NULL, cf_nft_on_set) &&
+// 		         (s->n_got_sets == 0 || cfronttest_nft_dump(s, CF_NFT_MSG_GETSETELEM, table, CF_NFTA_SET_ELEM_LIST_SET,
+// 		                                                    CF_NFT_SET_NAME, cf_nft_on_elems)) &&
+// 		         cfronttest_nft_dump(s, CF_NFT_MSG_GETRULE, table, 0, NULL, cf_nft_on_rule))
 // 			ok = cf_nft_verify(s);
 // 	}
 // 	if (s->fd >= 0)
 // 		close(s->fd);
 // 	free(s);
 // 	return ok;
+// }
+//
+// // cfronttest_nft_install_other installs the batch for a and compares
+// // the kernel's echoes with the plan for b (cfront_nft_apply, the plan
+// // swapped after the batch is encoded): what the install returns when the
+// // echoes are not the plan (-1: the thread is stuck in nsfd). -3: no
+// // plan for a or b.
+// static int cfronttest_nft_install_other(int nsfd, const char *table, const struct cfront_allowlist *a,
+//                                         const struct cfront_allowlist *b) {
+// 	struct cf_nft *s = calloc(1, sizeof *s), *o = calloc(1, sizeof *o);
+// 	int r = -3;
+// 	if (s && o && cfront_nft_prepare(s, table, a) && cfront_nft_prepare(o, table, b)) {
+// 		s->n_rules = o->n_rules;
+// 		memcpy(s->rules, o->rules, sizeof s->rules);
+// 		s->has_set = o->has_set;
+// 		s->n_elems = o->n_elems;
+// 		memcpy(s->elems, o->elems, sizeof s->elems);
+// 		r = cfront_nft_apply(s, nsfd);
+// 	}
+// 	free(s);
+// 	free(o);
+// 	return r;
 // }
 //
 // // cfronttest_nft_delete runs the C's deleteTable alone (the batch an
@@ -141,9 +205,10 @@ func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno
 	return res.rules, res.errno, res.inTarget, res.err
 }
 
-// NFTVerify runs only the C's read-back (verifyContent's mirror) of the
-// table for a in the namespace at nsPath: true when the kernel holds what
-// the C would install for a.
+// NFTVerify runs the C's comparison (verifyContent's mirror) on the table
+// in the namespace at nsPath, read back with dumps: true when the kernel
+// holds what the C would install for a. The install compares the kernel's
+// echoes of its batch instead: the same messages.
 func NFTVerify(nsPath, table string, a policy.Allowlist) (bool, error) {
 	ca, err := cAllowlist(a)
 	if err != nil {
@@ -157,6 +222,28 @@ func NFTVerify(nsPath, table string, a policy.Allowlist) (bool, error) {
 		err = errors.New("the C could not plan, open a socket or read the table")
 	}
 	return n == 1, err
+}
+
+// NFTInstallOther runs the C install of a's batch in the namespace at
+// nsPath, but compares the kernel's echoes with the plan for b: what
+// cfront_nft_apply returns when what the kernel committed is not its plan.
+func NFTInstallOther(nsPath, table string, a, b policy.Allowlist) (int, error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, err
+	}
+	cb, err := cAllowlist(b)
+	if err != nil {
+		return 0, err
+	}
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfronttest_nft_install_other(fd, t, ca, cb)
+		return r, err
+	})
+	if err == nil && n == -3 {
+		err = errors.New("the C could not plan")
+	}
+	return int(n), err
 }
 
 // stuckOr maps the test helpers' results for inC: -2 (the thread is stuck

@@ -261,8 +261,6 @@ func TestNFTInstallNotANamespace(t *testing.T) {
 	}
 }
 
-// The C's read-back accepts the Go engine's table for the same allowlist
-// and refuses it for any other: what it compares is what matters.
 // TestNFTInstallCannotReturn: when the thread cannot setns back to its own
 // network namespace, the C install returns -1 with the errno, the thread is
 // where it said (in the target's), and nothing was installed there (the
@@ -291,6 +289,9 @@ func TestNFTInstallCannotReturn(t *testing.T) {
 	}
 }
 
+// The C's comparison, given the Go engine's table read back, accepts it for
+// the same allowlist and refuses it for any other: what it compares is what
+// matters.
 func TestNFTVerify(t *testing.T) {
 	testenv.RequireRoot(t)
 	id := "cfront-nft-verify"
@@ -332,8 +333,57 @@ func TestNFTVerify(t *testing.T) {
 	}
 }
 
+// The install compares the kernel's echoes of its batch with its plan: a
+// plan that is not the batch's (another allowlist's) is refused, the table
+// deleted again and the install left to Go (0); the batch's own plan is
+// accepted. So the echoes are read and compared, not just counted.
+func TestNFTInstallEchoesComparedWithPlan(t *testing.T) {
+	testenv.RequireRoot(t)
+	table, _ := policy.ChainName("cfront-nft-echo")
+	ep := func(proto policy.Protocol, cidr string, port uint16) policy.Endpoint {
+		return endpoint(t, proto, cidr, port)
+	}
+	a := policy.Allowlist{
+		DNS:       addrs("1.1.1.1"),
+		Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 443), ep(policy.UDP, "192.0.2.1/32", 53)},
+	}
+	ns := testenv.NewNetNS(t)
+	n, err := NFTInstallOther(ns.Path(), table, a, a)
+	if err != nil || n != 13 {
+		t.Fatalf("C install compared with its own plan: %d, %v; want 13", n, err)
+	}
+	others := map[string]policy.Allowlist{
+		"empty":       {},
+		"drop":        {Action: policy.Drop, DNS: a.DNS, Endpoints: a.Endpoints},
+		"other port":  {DNS: a.DNS, Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 444), a.Endpoints[1]}},
+		"narrower":    {DNS: a.DNS, Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/9", 443), a.Endpoints[1]}},
+		"one fewer":   {DNS: a.DNS, Endpoints: a.Endpoints[:1]},
+		"one more":    {DNS: a.DNS, Endpoints: append([]policy.Endpoint{ep(policy.TCP, "192.0.2.9/32", 1)}, a.Endpoints...)},
+		"no dns":      {Endpoints: a.Endpoints},
+		"docker dns":  {DNS: addrs("1.1.1.1", "127.0.0.11"), Endpoints: a.Endpoints},
+		"other dns":   {DNS: addrs("1.1.1.2"), Endpoints: a.Endpoints},
+		"no endpoint": {DNS: a.DNS},
+	}
+	for name, b := range others {
+		t.Run(name, func(t *testing.T) {
+			ns := testenv.NewNetNS(t)
+			n, err := NFTInstallOther(ns.Path(), table, a, b)
+			if err != nil || n != 0 {
+				t.Fatalf("C install compared with another plan: %d, %v; want 0", n, err)
+			}
+			tables, err := nftConn(t, ns.Path()).ListTables()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tables) != 0 {
+				t.Fatalf("%d tables left after a refused comparison, want none", len(tables))
+			}
+		})
+	}
+}
+
 // A table that differs from the plan in one place only, made by changing a
-// Go install with the library in the test namespace: the C's read-back
+// Go install with the library in the test namespace: the C's comparison
 // refuses it, as the Go engine's Check does.
 func TestNFTVerifyTampered(t *testing.T) {
 	testenv.RequireRoot(t)
