@@ -69,8 +69,8 @@ var (
 )
 
 // isolationTimes reads, for each container id, the install time the shim
-// or hook logged (the engine's own measure: namespace entry, batch,
-// read-back).
+// or hook logged (the engine's own measure: namespace entry, batch, its
+// check: the Go engine's read-back, the C's echoes).
 func (c *lcContender) isolationTimes(tb testing.TB) {
 	if c.isoLog == "" {
 		return
