@@ -289,14 +289,9 @@ func TestNFTInstallCannotReturn(t *testing.T) {
 	}
 }
 
-// The C's comparison, given the Go engine's table read back, accepts it for
-// the same allowlist and refuses it for any other: what it compares is what
-// matters.
-func TestNFTVerify(t *testing.T) {
-	testenv.RequireRoot(t)
-	id := "cfront-nft-verify"
-	table, _ := policy.ChainName(id)
-	ns := testenv.NewNetNS(t)
+// comparedAllowlists is an allowlist and others that differ from it in one
+// way each, for the tests of the C's comparison with its plan.
+func comparedAllowlists(t *testing.T) (policy.Allowlist, map[string]policy.Allowlist) {
 	ep := func(proto policy.Protocol, cidr string, port uint16) policy.Endpoint {
 		return endpoint(t, proto, cidr, port)
 	}
@@ -304,16 +299,7 @@ func TestNFTVerify(t *testing.T) {
 		DNS:       addrs("1.1.1.1"),
 		Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 443), ep(policy.UDP, "192.0.2.1/32", 53)},
 	}
-	if ok, err := NFTVerify(ns.Path(), table, a); err != nil || ok {
-		t.Fatalf("verify without a table: %t, %v; want false", ok, err)
-	}
-	if _, err := nftables.New().Install(engine.Target{NetNS: ns.Path(), ID: id}, a); err != nil {
-		t.Fatalf("Go install: %v", err)
-	}
-	if ok, err := NFTVerify(ns.Path(), table, a); err != nil || !ok {
-		t.Fatalf("verify of the Go install: %t, %v; want true", ok, err)
-	}
-	others := map[string]policy.Allowlist{
+	return a, map[string]policy.Allowlist{
 		"empty":        {},
 		"drop":         {Action: policy.Drop, DNS: a.DNS, Endpoints: a.Endpoints},
 		"other port":   {DNS: a.DNS, Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 444), a.Endpoints[1]}},
@@ -325,6 +311,26 @@ func TestNFTVerify(t *testing.T) {
 		"docker dns":   {DNS: addrs("1.1.1.1", "127.0.0.11"), Endpoints: a.Endpoints},
 		"other dns":    {DNS: addrs("1.1.1.2"), Endpoints: a.Endpoints},
 		"only the dns": {DNS: a.DNS},
+	}
+}
+
+// The C's comparison, given the Go engine's table read back, accepts it for
+// the same allowlist and refuses it for any other: what it compares is what
+// matters.
+func TestNFTVerify(t *testing.T) {
+	testenv.RequireRoot(t)
+	id := "cfront-nft-verify"
+	table, _ := policy.ChainName(id)
+	ns := testenv.NewNetNS(t)
+	a, others := comparedAllowlists(t)
+	if ok, err := NFTVerify(ns.Path(), table, a); err != nil || ok {
+		t.Fatalf("verify without a table: %t, %v; want false", ok, err)
+	}
+	if _, err := nftables.New().Install(engine.Target{NetNS: ns.Path(), ID: id}, a); err != nil {
+		t.Fatalf("Go install: %v", err)
+	}
+	if ok, err := NFTVerify(ns.Path(), table, a); err != nil || !ok {
+		t.Fatalf("verify of the Go install: %t, %v; want true", ok, err)
 	}
 	for name, b := range others {
 		if ok, err := NFTVerify(ns.Path(), table, b); err != nil || ok {
@@ -340,29 +346,11 @@ func TestNFTVerify(t *testing.T) {
 func TestNFTInstallEchoesComparedWithPlan(t *testing.T) {
 	testenv.RequireRoot(t)
 	table, _ := policy.ChainName("cfront-nft-echo")
-	ep := func(proto policy.Protocol, cidr string, port uint16) policy.Endpoint {
-		return endpoint(t, proto, cidr, port)
-	}
-	a := policy.Allowlist{
-		DNS:       addrs("1.1.1.1"),
-		Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 443), ep(policy.UDP, "192.0.2.1/32", 53)},
-	}
+	a, others := comparedAllowlists(t)
 	ns := testenv.NewNetNS(t)
 	n, err := NFTInstallOther(ns.Path(), table, a, a)
 	if err != nil || n != 13 {
 		t.Fatalf("C install compared with its own plan: %d, %v; want 13", n, err)
-	}
-	others := map[string]policy.Allowlist{
-		"empty":       {},
-		"drop":        {Action: policy.Drop, DNS: a.DNS, Endpoints: a.Endpoints},
-		"other port":  {DNS: a.DNS, Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/8", 444), a.Endpoints[1]}},
-		"narrower":    {DNS: a.DNS, Endpoints: []policy.Endpoint{ep(policy.TCP, "10.0.0.0/9", 443), a.Endpoints[1]}},
-		"one fewer":   {DNS: a.DNS, Endpoints: a.Endpoints[:1]},
-		"one more":    {DNS: a.DNS, Endpoints: append([]policy.Endpoint{ep(policy.TCP, "192.0.2.9/32", 1)}, a.Endpoints...)},
-		"no dns":      {Endpoints: a.Endpoints},
-		"docker dns":  {DNS: addrs("1.1.1.1", "127.0.0.11"), Endpoints: a.Endpoints},
-		"other dns":   {DNS: addrs("1.1.1.2"), Endpoints: a.Endpoints},
-		"no endpoint": {DNS: a.DNS},
 	}
 	for name, b := range others {
 		t.Run(name, func(t *testing.T) {
