@@ -390,7 +390,7 @@ struct cf_nft_expr {
 };
 
 struct cf_nft_rule {
-	int chain; // index in cf_nft_chains; received: -1 when none of ours
+	int chain; // index in cf_nft_chains
 	size_t n;
 	struct cf_nft_expr e[CF_NFT_MAX_EXPRS + 1]; // the last: where cf_nft_x writes when full
 	const char *comment;
@@ -435,12 +435,35 @@ struct cf_nft_got_chain {
 	int32_t prio;
 };
 
+// What the kernel says it holds (cf_nft_on_echo's, or a dump's), compared
+// with the plan as it comes (cf_nft_on_rule, cf_nft_on_elems): nothing of
+// it is kept but counts, the chains, and which planned element was seen.
+// Small, so that cfront_nft_prepare's reset (cf_nft_got_reset) has written
+// every page of it before the install: on this kind of machine a page
+// first touched costs 10-25 µs, and the install touches no new one.
+struct cf_nft_got {
+	size_t n_chains, n_sets, n_elems, n_rules;
+	struct cf_nft_got_chain chains[4];
+	int set_ok;
+	int bad;                        // a rule or element that is not the plan's
+	size_t next[4];                 // per chain: where in the plan its next rule is looked for
+	struct cf_nft_rule rule;        // the rule being compared
+	uint8_t seen[CF_NFT_MAX_ELEMS]; // planned elements matched
+	uint8_t cmp_a[512], cmp_b[512]; // two encoded expressions (sameExprs)
+};
+
 // Everything an install needs, in one allocation: the plan, the netlink
-// buffers and what verify reads back.
+// buffer and what the kernel answered.
 struct cf_nft {
 	int fd;
 	uint32_t seq;
 	const char *table;
+	struct cf_nft_got got;
+	// The install's batch, encoded by cfront_nft_prepare: its length, the
+	// sequence numbers of its acknowledged messages, and of the first of
+	// those the kernel echoes (the echoes end with the batch's last).
+	size_t batch_n;
+	uint32_t batch_first, batch_last, echo_first;
 	// The plan (render's plan).
 	size_t n_rules;
 	struct cf_nft_rule rules[CF_NFT_MAX_RULES + 1]; // the last: where cf_nft_rule writes when full
@@ -449,22 +472,15 @@ struct cf_nft {
 	size_t n_entries, n_elems;
 	struct cf_nft_entry entries[CF_NFT_MAX_ELEMS];
 	struct cf_nft_elem elems[CF_NFT_MAX_ELEMS];
-	// What the kernel says it committed (cf_nft_on_echo).
-	size_t n_got_chains, n_got_sets, n_got_elems, n_got_rules;
-	struct cf_nft_got_chain got_chains[4];
-	int got_set_ok;
-	struct cf_nft_elem got_elems[CF_NFT_MAX_ELEMS];
-	struct cf_nft_rule got_rules[CF_NFT_MAX_RULES];
-	// The install's batch, encoded by cfront_nft_prepare: its length, the
-	// sequence numbers of its acknowledged messages, and of the first of
-	// those the kernel echoes (the echoes end with the batch's last).
-	size_t batch_n;
-	uint32_t batch_first, batch_last, echo_first;
-	uint8_t tx[CF_NFT_TX_MAX]; // batches
-	uint8_t q[512];            // one request: a table name and a set name at most
-	uint8_t rx[CF_NFT_RX_MAX];
-	uint8_t cmp_a[512], cmp_b[512]; // two encoded expressions (sameExprs)
+	uint8_t q[512]; // one request: a table name and a set name at most
+	// The batches, then the answers: a datagram from the kernel is
+	// received where the batch was (already sent), so that the answers
+	// land on pages the batch's encoding touched.
+	uint8_t tx[CF_NFT_TX_MAX > CF_NFT_RX_MAX ? CF_NFT_TX_MAX : CF_NFT_RX_MAX];
 };
+
+// cf_nft_got_reset readies s->got for the kernel's answers.
+static inline void cf_nft_got_reset(struct cf_nft *s) { memset(&s->got, 0, sizeof s->got); }
 
 // --- encoding: what netlink.MarshalAttributes and the library's messages
 // lay out. An attribute's length counts its data but not the padding to 4
@@ -1044,16 +1060,17 @@ static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, ui
 
 // --- talking to the kernel.
 
-// cf_nft_recv reads one datagram: its length, or 0 with errno set (a
-// datagram cut short is EMSGSIZE: what followed is lost).
+// cf_nft_recv reads one datagram into tx (what it held was sent): its
+// length, or 0 with errno set (a datagram cut short is EMSGSIZE: what
+// followed is lost).
 static inline size_t cf_nft_recv(struct cf_nft *s) {
 	for (;;) {
-		ssize_t n = recv(s->fd, s->rx, sizeof s->rx, MSG_TRUNC);
+		ssize_t n = recv(s->fd, s->tx, sizeof s->tx, MSG_TRUNC);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return 0;
-		if ((size_t)n > sizeof s->rx || n == 0) {
+		if ((size_t)n > sizeof s->tx || n == 0) {
 			errno = EMSGSIZE;
 			return 0;
 		}
@@ -1125,7 +1142,7 @@ static inline int cf_nft_commit(struct cf_nft *s, size_t n, uint32_t first, uint
 			return -1;
 		size_t at = 0;
 		struct cf_nft_msgview v;
-		while (cf_nft_next(s->rx, len, &at, &v)) {
+		while (cf_nft_next(s->tx, len, &at, &v)) {
 			if (v.type != CF_NLMSG_ERROR) {
 				if (fn)
 					fn(s, &v);
@@ -1263,18 +1280,19 @@ static inline void cf_nft_on_chain(struct cf_nft *s, const struct cf_nft_msgview
 	}
 	if (!has_table || strcmp(table, s->table) != 0)
 		return;
-	size_t i = s->n_got_chains++;
+	size_t i = s->got.n_chains++;
 	if (i >= 4)
 		return; // counted: more chains than planned
-	strcpy(s->got_chains[i].name, name);
-	strcpy(s->got_chains[i].type, type);
-	s->got_chains[i].has_type = has_type;
-	s->got_chains[i].has_hook = has_hook;
-	s->got_chains[i].has_policy = has_policy;
-	s->got_chains[i].hook = hook;
-	s->got_chains[i].prio = prio;
-	s->got_chains[i].policy = policy;
-	s->got_chains[i].bad = bad;
+	struct cf_nft_got_chain *g = &s->got.chains[i];
+	strcpy(g->name, name);
+	strcpy(g->type, type);
+	g->has_type = has_type;
+	g->has_hook = has_hook;
+	g->has_policy = has_policy;
+	g->hook = hook;
+	g->prio = prio;
+	g->policy = policy;
+	g->bad = bad;
 }
 
 // setsFromMsg and verifySets' comparison: our set's name, key type and
@@ -1282,7 +1300,7 @@ static inline void cf_nft_on_chain(struct cf_nft *s, const struct cf_nft_msgview
 static inline void cf_nft_on_set(struct cf_nft *s, const struct cf_nft_msgview *v) {
 	if (v->type != cf_nft_type(CF_NFT_MSG_NEWSET) || v->len < 4)
 		return;
-	s->n_got_sets++;
+	s->got.n_sets++;
 	char name[CF_NFT_NAME_MAX] = "";
 	int named = 0, has_type = 0, timeout = 0;
 	uint32_t flags = 0, type = 0, len = 0;
@@ -1312,12 +1330,35 @@ static inline void cf_nft_on_set(struct cf_nft *s, const struct cf_nft_msgview *
 	}
 	if (!named || strcmp(name, CF_NFT_SET_NAME) != 0)
 		return;
-	s->got_set_ok = has_type && type == CF_NFT_KEY_TYPE && len == CF_NFT_KEY_LEN && (flags & CF_NFT_SET_INTERVAL) &&
+	s->got.set_ok = has_type && type == CF_NFT_KEY_TYPE && len == CF_NFT_KEY_LEN && (flags & CF_NFT_SET_INTERVAL) &&
 	                (flags & CF_NFT_SET_CONCAT) && !(flags & (CF_NFT_SET_MAP | CF_NFT_SET_EVAL)) && !timeout;
 }
 
+// cf_nft_match_elem is sameElements for one element received: a key range
+// (an element without an end is its own), no interval end, equal to a
+// planned element not matched yet, which it marks; anything else marks
+// the answer bad.
+static inline void cf_nft_match_elem(struct cf_nft *s, struct cf_nft_elem *g) {
+	if (g->interval_end) {
+		s->got.bad = 1;
+		return;
+	}
+	if (g->n_end == 0) {
+		memcpy(g->end, g->key, sizeof g->end);
+		g->n_end = g->n_key;
+	}
+	if (g->n_key == CF_NFT_KEY_LEN && g->n_end == CF_NFT_KEY_LEN)
+		for (size_t i = 0; i < s->n_elems; i++)
+			if (!s->got.seen[i] && memcmp(g->key, s->elems[i].key, CF_NFT_KEY_LEN) == 0 &&
+			    memcmp(g->end, s->elems[i].end, CF_NFT_KEY_LEN) == 0) {
+				s->got.seen[i] = 1;
+				return;
+			}
+	s->got.bad = 1;
+}
+
 // elementsFromMsg: every attribute of the element list is an element (one
-// not an NFTA_LIST_ELEM stays empty, as in the library).
+// not an NFTA_LIST_ELEM is the library's empty element: not ours).
 static inline void cf_nft_on_elems(struct cf_nft *s, const struct cf_nft_msgview *v) {
 	if (v->type != cf_nft_type(CF_NFT_MSG_NEWSETELEM) || v->len < 4)
 		return;
@@ -1329,23 +1370,23 @@ static inline void cf_nft_on_elems(struct cf_nft *s, const struct cf_nft_msgview
 		size_t eat = 0;
 		struct cf_nft_attrview el;
 		while (cf_nft_attr_next(a.data, a.len, &eat, &el)) {
-			size_t i = s->n_got_elems++;
-			if (i >= CF_NFT_MAX_ELEMS)
-				continue; // counted: more elements than planned
-			struct cf_nft_elem *g = &s->got_elems[i];
-			memset(g, 0, sizeof *g);
-			if (el.type != CF_NFTA_LIST_ELEM)
+			s->got.n_elems++;
+			struct cf_nft_elem g = {0};
+			if (el.type != CF_NFTA_LIST_ELEM) {
+				s->got.bad = 1; // the library's empty element: none of ours
 				continue;
+			}
 			size_t fat = 0;
 			struct cf_nft_attrview f;
 			while (cf_nft_attr_next(el.data, el.len, &fat, &f)) {
 				if (f.type == CF_NFTA_SET_ELEM_KEY)
-					cf_nft_getdata(&f, CF_NFTA_DATA_VALUE, CF_NFTA_DATA_VERDICT, 0, g->key, CF_NFT_KEY_LEN, &g->n_key);
+					cf_nft_getdata(&f, CF_NFTA_DATA_VALUE, CF_NFTA_DATA_VERDICT, 0, g.key, CF_NFT_KEY_LEN, &g.n_key);
 				else if (f.type == CF_NFTA_SET_ELEM_KEY_END)
-					cf_nft_getdata(&f, CF_NFTA_DATA_VALUE, CF_NFTA_DATA_VERDICT, 0, g->end, CF_NFT_KEY_LEN, &g->n_end);
+					cf_nft_getdata(&f, CF_NFTA_DATA_VALUE, CF_NFTA_DATA_VERDICT, 0, g.end, CF_NFT_KEY_LEN, &g.n_end);
 				else if (f.type == CF_NFTA_SET_ELEM_FLAGS)
-					g->interval_end = (cf_nft_get32(&f) & CF_NFT_SET_ELEM_INTERVAL_END) != 0;
+					g.interval_end = (cf_nft_get32(&f) & CF_NFT_SET_ELEM_INTERVAL_END) != 0;
 			}
+			cf_nft_match_elem(s, &g);
 		}
 	}
 }
@@ -1523,17 +1564,28 @@ static inline void cf_nft_parse_expr(const struct cf_nft_attrview *elem, struct 
 		e->bad = 1; // an Immediate, not a Verdict
 }
 
-// ruleFromMsg: a rule's expressions, and the chain of our table it is in
-// (-1: none of ours).
+// cf_nft_same_expr is sameExprs for one expression: both encoded after
+// marshalNormal's clearing of the lookup's set id, which the kernel does
+// not dump.
+static inline int cf_nft_same_expr(struct cf_nft *s, const struct cf_nft_expr *got, const struct cf_nft_expr *want) {
+	struct cf_nft_expr g = *got, w = *want;
+	g.set_id = w.set_id = 0;
+	struct cf_nft_buf bg = {s->got.cmp_a, 0, sizeof s->got.cmp_a, 0}, bw = {s->got.cmp_b, 0, sizeof s->got.cmp_b, 0};
+	cf_nft_put_expr(&bg, &g);
+	cf_nft_put_expr(&bw, &w);
+	return !bg.bad && !bw.bad && bg.len == bw.len && memcmp(s->got.cmp_a, s->got.cmp_b, bg.len) == 0;
+}
+
+// ruleFromMsg, and verifyRules for the rule read: its expressions, in a
+// chain of our table, equal to the next planned rule of that chain (the
+// next is looked for after the last one matched); anything else marks the
+// answer bad.
 static inline void cf_nft_on_rule(struct cf_nft *s, const struct cf_nft_msgview *v) {
 	if (v->type != cf_nft_type(CF_NFT_MSG_NEWRULE) || v->len < 4)
 		return;
-	size_t i = s->n_got_rules++;
-	if (i >= CF_NFT_MAX_RULES)
-		return; // counted: more rules than planned
-	struct cf_nft_rule *r = &s->got_rules[i];
+	s->got.n_rules++;
+	struct cf_nft_rule *r = &s->got.rule;
 	r->n = 0;
-	r->chain = -1; // the chain is named, in our table, or the rule is no rule of ours
 	char name[CF_NFT_NAME_MAX] = "", table[CF_NFT_NAME_MAX] = "";
 	int named = 0, in_table = 0;
 	size_t at = 0;
@@ -1555,9 +1607,23 @@ static inline void cf_nft_on_rule(struct cf_nft *s, const struct cf_nft_msgview 
 			cf_nft_parse_expr(&el, &r->e[r->n++]);
 		}
 	}
-	for (int c = 0; c < 4 && named && in_table; c++)
-		if (strcmp(name, cf_nft_chains[c].name) == 0)
-			r->chain = c;
+	int c = -1;
+	for (int k = 0; k < 4 && named && in_table; k++)
+		if (strcmp(name, cf_nft_chains[k].name) == 0)
+			c = k;
+	size_t i = c < 0 ? s->n_rules : s->got.next[c];
+	while (i < s->n_rules && s->rules[i].chain != c)
+		i++;
+	if (i >= s->n_rules || s->rules[i].n != r->n) {
+		s->got.bad = 1;
+		return;
+	}
+	for (size_t j = 0; j < r->n; j++)
+		if (!cf_nft_same_expr(s, &r->e[j], &s->rules[i].e[j])) {
+			s->got.bad = 1;
+			return;
+		}
+	s->got.next[c] = i + 1;
 }
 
 // cf_nft_on_echo takes the install's echoes (cf_nft_batch), each to the
@@ -1579,35 +1645,26 @@ static inline void cf_nft_on_echo(struct cf_nft *s, const struct cf_nft_msgview 
 		cf_nft_on_rule(s, v);
 }
 
-// cf_nft_same_expr is sameExprs for one expression: both encoded after
-// marshalNormal's clearing of the lookup's set id, which the kernel does
-// not dump.
-static inline int cf_nft_same_expr(struct cf_nft *s, const struct cf_nft_expr *got, const struct cf_nft_expr *want) {
-	struct cf_nft_expr g = *got, w = *want;
-	g.set_id = w.set_id = 0;
-	struct cf_nft_buf bg = {s->cmp_a, 0, sizeof s->cmp_a, 0}, bw = {s->cmp_b, 0, sizeof s->cmp_b, 0};
-	cf_nft_put_expr(&bg, &g);
-	cf_nft_put_expr(&bw, &w);
-	return !bg.bad && !bw.bad && bg.len == bw.len && memcmp(s->cmp_a, s->cmp_b, bg.len) == 0;
-}
-
 // cf_nft_verify is verifyContent's comparison: 1 when what the kernel said
-// it holds (cf_nft_on_echo's, or a dump's) is the plan. Each chain's rules
-// are compared in the order they came: for the echoes, the batch's, which
-// is the order of the chains' rules, every one appended to a chain the
-// same batch made.
+// it holds (cf_nft_on_echo's, or a dump's) is the plan. The rules and
+// elements were compared as they came (cf_nft_on_rule, cf_nft_match_elem):
+// here, that each matched and that as many came as were planned, so that
+// every planned one was matched once. Each chain's rules are compared in
+// the order they came: for the echoes, the batch's, which is the order of
+// the chains' rules, every one appended to a chain the same batch made.
 static inline int cf_nft_verify(struct cf_nft *s) {
+	const struct cf_nft_got *got = &s->got;
 	// verifyChains: our table's chains, each with its type, hook,
 	// priority and policy (absent for the family chains).
-	if (s->n_got_chains != 4)
+	if (got->n_chains != 4)
 		return 0;
 	for (int c = 0; c < 4; c++) {
 		int found = 0;
 		for (int i = 0; i < 4 && !found; i++) {
-			if (strcmp(s->got_chains[i].name, cf_nft_chains[c].name) != 0)
+			if (strcmp(got->chains[i].name, cf_nft_chains[c].name) != 0)
 				continue;
 			found = 1;
-			const struct cf_nft_got_chain *g = &s->got_chains[i];
+			const struct cf_nft_got_chain *g = &got->chains[i];
 			if (g->bad)
 				return 0;
 			if (cf_nft_chains[c].base) {
@@ -1621,58 +1678,17 @@ static inline int cf_nft_verify(struct cf_nft *s) {
 		if (!found)
 			return 0;
 	}
-	// verifySets and sameElements: the set, and its elements as key
-	// ranges (an element without an end is its own), no interval ends.
-	if (s->n_got_sets != (size_t)s->has_set || (s->has_set && !s->got_set_ok))
+	// verifySets, sameElements and verifyRules.
+	if (got->n_sets != (size_t)s->has_set || (s->has_set && !got->set_ok))
 		return 0;
-	if (s->n_got_elems != (s->has_set ? s->n_elems : 0))
+	if (got->bad || got->n_elems != (s->has_set ? s->n_elems : 0) || got->n_rules != s->n_rules)
 		return 0;
-	for (size_t i = 0; i < s->n_got_elems; i++) {
-		struct cf_nft_elem *g = &s->got_elems[i];
-		if (g->interval_end)
-			return 0;
-		if (g->n_end == 0) {
-			memcpy(g->end, g->key, sizeof g->end);
-			g->n_end = g->n_key;
-		}
-	}
-	for (size_t i = 0; i < s->n_elems && s->has_set; i++) {
-		const struct cf_nft_elem *w = &s->elems[i];
-		int have = 0;
-		for (size_t j = 0; j < s->n_got_elems && !have; j++) {
-			const struct cf_nft_elem *g = &s->got_elems[j];
-			have = g->n_key == CF_NFT_KEY_LEN && g->n_end == CF_NFT_KEY_LEN &&
-			       memcmp(g->key, w->key, CF_NFT_KEY_LEN) == 0 && memcmp(g->end, w->end, CF_NFT_KEY_LEN) == 0;
-		}
-		if (!have)
-			return 0;
-	}
-	// verifyRules: each chain's rules, in order, expression by expression.
-	if (s->n_got_rules != s->n_rules)
-		return 0;
-	for (int c = 0; c < 4; c++) {
-		size_t k = 0; // the next of the chain's rules received
-		for (size_t i = 0; i < s->n_rules; i++) {
-			const struct cf_nft_rule *w = &s->rules[i];
-			if (w->chain != c)
-				continue;
-			while (k < s->n_got_rules && s->got_rules[k].chain != c)
-				k++;
-			if (k >= s->n_got_rules)
+	// And no planned rule was passed over (implied by the counts; checked
+	// all the same).
+	for (int c = 0; c < 4; c++)
+		for (size_t i = got->next[c]; i < s->n_rules; i++)
+			if (s->rules[i].chain == c)
 				return 0;
-			const struct cf_nft_rule *g = &s->got_rules[k++];
-			if (g->n != w->n)
-				return 0;
-			for (size_t j = 0; j < w->n; j++)
-				if (!cf_nft_same_expr(s, &g->e[j], &w->e[j]))
-					return 0;
-		}
-	}
-	// Every rule received is one of a chain of ours (as many as planned,
-	// each matched once above).
-	for (size_t k = 0; k < s->n_got_rules; k++)
-		if (s->got_rules[k].chain < 0)
-			return 0;
 	return 1;
 }
 
@@ -1726,6 +1742,7 @@ static inline int cfront_nft_prepare(struct cf_nft *s, const char *table, const 
 	if (!cf_nft_plan(s, a))
 		return 0;
 	s->batch_n = cf_nft_batch(s, 0, &s->batch_first, &s->batch_last);
+	cf_nft_got_reset(s);
 	return s->batch_n != 0;
 }
 
@@ -1772,8 +1789,6 @@ static inline int cfront_nft_apply(struct cf_nft *s, int nsfd) {
 	// already, the kernel refuses the whole batch (EEXIST) and leaves the
 	// table as it is, for the Go engine to replace, as create()'s look
 	// for an earlier table would (one round trip less).
-	s->n_got_chains = s->n_got_sets = s->n_got_elems = s->n_got_rules = 0;
-	s->got_set_ok = 0;
 	int r = cf_nft_commit(s, s->batch_n, s->batch_first, s->batch_last, cf_nft_on_echo);
 	if (r == 0)
 		goto out; // refused: the batch is atomic, nothing applied

@@ -51,7 +51,7 @@ package cfronttest
 // 			return 0;
 // 		size_t at = 0;
 // 		struct cf_nft_msgview v;
-// 		while (cf_nft_next(s->rx, len, &at, &v)) {
+// 		while (cf_nft_next(s->tx, len, &at, &v)) {
 // 			if (v.seq != seq)
 // 				continue; // an answer to an earlier request
 // 			if (v.type == CF_NLMSG_ERROR || v.type == CF_NLMSG_DONE) {
@@ -82,10 +82,10 @@ package cfronttest
 // 			ok = -2;
 // 		else if (s->fd < 0 || !cfronttest_nft_dump(s, CF_NFT_MSG_GETCHAIN, NULL, 0, NULL, cf_nft_on_chain))
 // 			ok = -1;
-// 		else if (s->n_got_chains != 4)
+// 		else if (s->got.n_chains != 4)
 // 			ok = 0; // not our table, or none: the other dumps would find no table
 // 		else if (cfronttest_nft_dump(s, CF_NFT_MSG_GETSET, table, 0, NULL, cf_nft_on_set) &&
-// 		         (s->n_got_sets == 0 || cfronttest_nft_dump(s, CF_NFT_MSG_GETSETELEM, table, CF_NFTA_SET_ELEM_LIST_SET,
+// 		         (s->got.n_sets == 0 || cfronttest_nft_dump(s, CF_NFT_MSG_GETSETELEM, table, CF_NFTA_SET_ELEM_LIST_SET,
 // 		                                                    CF_NFT_SET_NAME, cf_nft_on_elems)) &&
 // 		         cfronttest_nft_dump(s, CF_NFT_MSG_GETRULE, table, 0, NULL, cf_nft_on_rule))
 // 			ok = cf_nft_verify(s);
