@@ -83,7 +83,7 @@ enum {
 	CF_NFT_MSG_NEWTABLE = 0,
 	CF_NFT_MSG_DELTABLE = 2,
 	CF_NFT_MSG_NEWCHAIN = 3,
-	CF_NFT_MSG_GETCHAIN = 4,
+	CF_NFT_MSG_GETCHAIN = 4, // the GETs: the tests' read-back (cfronttest)
 	CF_NFT_MSG_NEWRULE = 6,
 	CF_NFT_MSG_GETRULE = 7,
 	CF_NFT_MSG_NEWSET = 9,
@@ -941,10 +941,11 @@ static inline void cf_nft_table(struct cf_nft *s, struct cf_nft_buf *b, int msg,
 // chain, set, element and rule echoed (NLM_F_ECHO): at its commit the
 // kernel writes each object it made as a dump would (the same fill
 // functions), into as few datagrams as they fit, sent before the
-// acknowledgement. cf_nft_verify compares those with the plan, as
-// verifyContent compares its read-back: the same check, without the seven
-// dump round trips after the commit (BenchmarkFrontInstall, 4 entries:
-// 0.23 ms, against 0.30-0.33 ms with a read-back of four dumps).
+// acknowledgement. cf_nft_on_echo compares them with the plan as they
+// come and cf_nft_verify concludes, as verifyContent compares its
+// read-back: the same check, without the seven dump round trips after the
+// commit (BenchmarkFrontInstall, 4 entries: 0.23 ms, against 0.30-0.33 ms
+// with a read-back of four dumps).
 static inline size_t cf_nft_batch(struct cf_nft *s, int del, uint32_t *first, uint32_t *last) {
 	struct cf_nft_buf b = {s->tx, 0, sizeof s->tx, 0};
 	size_t m = cf_nft_msg(s, &b, CF_NFNL_MSG_BATCH_BEGIN, CF_NLM_F_REQUEST, 0, CF_NFNL_SUBSYS_NFTABLES);
