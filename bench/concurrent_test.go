@@ -306,6 +306,23 @@ func shimInstallTimes(tb testing.TB, log string, ids []string) (wall, cpu, own t
 	return wall, cpu, own, unaccounted
 }
 
+// ownSessionEnv=1 runs each runc-scenario create in a session of its own
+// (lifecycle.Runtime.OwnSession): a diagnostic of how much of the tail is
+// the scheduling group the burst shares, not the measure of the target.
+const ownSessionEnv = "SFORGE_BENCH_OWN_SESSION"
+
+func ownSessions(tb testing.TB) bool {
+	switch v := os.Getenv(ownSessionEnv); v {
+	case "", "0":
+		return false
+	case "1":
+		return true
+	default:
+		tb.Fatalf("%s=%q: want 1 (each create in its own session) or 0", ownSessionEnv, v)
+		return false
+	}
+}
+
 func BenchmarkConcurrentStarts(b *testing.B) {
 	hookRequire(b)
 	if err := lifecycle.SetSubreaper(); err != nil {
@@ -320,6 +337,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
 	bursts := rounds(5)
 	host := hostHooks(b)
+	ownSession := ownSessions(b)
 	// SFORGE_BENCH_ONLY=<regexp> keeps the scenarios whose name matches.
 	keep := func(string) bool { return true }
 	if only := os.Getenv("SFORGE_BENCH_ONLY"); only != "" {
@@ -359,7 +377,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		// namespace logs there, not to the host's /var/log/sforge.
 		hookLog := filepath.Join(dir, fmt.Sprintf("hook-%d.log", k))
 		rt := &lifecycle.Runtime{Binary: shimBin, Root: filepath.Join(dir, fmt.Sprintf("root-%d", k)),
-			Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog)}
+			Env: append(cleanEnv(), "SFORGE_RUNTIME_CONFIG="+cfg, sforgeshim.HookLogEnv+"="+hookLog), OwnSession: ownSession}
 		bundles := make([]*lifecycle.Bundle, concurrentContainers)
 		for i := range bundles {
 			bd, err := lifecycle.NewBundle(filepath.Join(dir, fmt.Sprintf("c-%d-%d", k, i)), lifecycle.Options{
@@ -396,6 +414,9 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n%d isolated containers started at once (nftables, 4 entries), %d bursts (%d for dockerd); load average %s\n", concurrentContainers, bursts, max(1, bursts/2), loadAvg())
 	fmt.Fprintf(&out, "host: %s\n", host)
+	if ownSession {
+		fmt.Fprintf(&out, "%s=1: each runc create (and the front or hook it runs) in a session, so a scheduling group, of its own\n", ownSessionEnv)
+	}
 	fmt.Fprintf(&out, "start = runtime create (runc) or docker run -d (dockerd), wall time; isolation = the install the shim or hook logs; ms p50 / p99\n")
 	fmt.Fprintf(&out, "%-34s %4s %4s  quantiles p50 p75 p90 p99 max (ms)\n", "scenario", "n", "fail")
 	for _, r := range results {
@@ -518,7 +539,7 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 		}
 		bundles[i] = bd
 	}
-	rt := &lifecycle.Runtime{Binary: runc, Root: filepath.Join(dir, "root-hooksd"), Env: cleanEnv()}
+	rt := &lifecycle.Runtime{Binary: runc, Root: filepath.Join(dir, "root-hooksd"), Env: cleanEnv(), OwnSession: ownSessions(b)}
 	res := concurrentResult{name: hooksScenario}
 	ids := runcBursts(b, rt, bundles, "ch", bursts, &res)
 	data, err := os.ReadFile(log)

@@ -228,6 +228,14 @@ type Runtime struct {
 	// AfterCreate, when set, runs between create and start with the
 	// container's pid (the seed baseline installs its rules there).
 	AfterCreate func(pid int) error
+	// OwnSession runs each create in a session of its own (setsid). With
+	// the cpu controller off, as on the CI machine (cgroup v1, every task
+	// in the root cpu group), the kernel schedules each session as a group
+	// (autogroup): by default the creates of a burst, their runc children
+	// and fronts share the test's group, which competes as one entity with
+	// each container's cgroup. A diagnostic (SFORGE_BENCH_OWN_SESSION), not
+	// how Docker or containerd start runtimes.
+	OwnSession bool
 }
 
 // Times are the phases of one lifecycle.
@@ -313,6 +321,9 @@ func (r *Runtime) run(args ...string) error {
 		defer os.Remove(f.Name())
 		defer f.Close()
 		cmd.Stderr = f
+		if r.OwnSession {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
 	}
 	if err := cmd.Run(); err != nil {
 		if f, ok := cmd.Stderr.(*os.File); ok {
