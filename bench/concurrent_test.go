@@ -624,14 +624,17 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 	return res
 }
 
-func TestDelayedByCPU(t *testing.T) {
-	us := func(v ...int) timing.Samples {
-		var s timing.Samples
-		for _, x := range v {
-			s = append(s, time.Duration(x)*time.Microsecond)
-		}
-		return s
+// samplesOf makes samples of the values in units of unit.
+func samplesOf(unit time.Duration, v ...int) timing.Samples {
+	var s timing.Samples
+	for _, x := range v {
+		s = append(s, time.Duration(x)*unit)
 	}
+	return s
+}
+
+func TestDelayedByCPU(t *testing.T) {
+	us := func(v ...int) timing.Samples { return samplesOf(time.Microsecond, v...) }
 	// CPU 0.4 (not delayed), 0.7 (delayed), 0.7, 1.2 (delayed), 3 (delayed).
 	wall, cpu := us(450, 9000, 800, 40000, 9000), us(400, 700, 700, 1200, 3000)
 	const want = "delayed in their window, by CPU time: <= 0.5 ms 0/1; <= 0.75 ms 1/2; <= 1 ms 0/0; <= 1.5 ms 1/1; > 1.5 ms 1/1"
@@ -644,13 +647,7 @@ func TestDelayedByCPU(t *testing.T) {
 }
 
 func TestShareOfStart(t *testing.T) {
-	ms := func(v ...int) timing.Samples {
-		var s timing.Samples
-		for _, x := range v {
-			s = append(s, time.Duration(x)*time.Millisecond)
-		}
-		return s
-	}
+	ms := func(v ...int) timing.Samples { return samplesOf(time.Millisecond, v...) }
 	// Installs of 1, 1, 2 and 40 ms (44 in all) in starts of 1000 ms each.
 	const want = "isolation in the start: 1.10% of all starts' wall time; p99 isolation / p50 start 4.00%"
 	if got := shareOfStart(ms(1, 1, 2, 40), ms(1000, 1000, 1000, 1000)); got != want {
