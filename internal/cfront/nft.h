@@ -1806,6 +1806,39 @@ out:
 	return rules;
 }
 
+// cfront_nft_remove is (*nftables.Engine).Remove in the namespace nsfd:
+// one batch creates the table and deletes it (deleteTable: it succeeds
+// whether or not the table is there). s is only its buffer (static
+// storage, or zeroed). It returns the netlink socket, still open, once the
+// kernel acknowledged both messages: its last close waits for the kernel
+// to free what was deleted (an RCU grace period), so the caller hands it
+// off or closes it when that wait does not matter. -1 when it did not
+// remove (the namespace is not one the C is sure of, no socket, a refusal
+// or no answer; nothing to undo: the Go engine is to remove), -2 when the
+// calling thread could not return to its own network namespace (errno
+// set).
+static inline int cfront_nft_remove(struct cf_nft *s, int nsfd, const char *table) {
+	size_t tn = table ? strlen(table) : 0;
+	if (tn == 0 || tn >= CF_NFT_NAME_MAX)
+		return -1;
+	s->table = table;
+	s->fd = cf_nft_socket(nsfd);
+	if (s->fd < 0)
+		return s->fd; // -2: errno is setns's
+	int one = 1;
+	setsockopt(s->fd, CF_SOL_NETLINK, CF_NETLINK_CAP_ACK, &one, sizeof one);
+	struct timeval tv = {CF_NFT_TIMEOUT_SEC, 0};
+	setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	int r = cf_nft_flush(s, 1);
+	int fd = s->fd;
+	s->fd = -1;
+	if (r != 1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 // cfront_nft_install is prepare and apply on a state of its own (calloc'd,
 // freed): the whole of (*nftables.Engine).Install for a namespace without
 // our table, with cfront_nft_apply's results, as the tests run it

@@ -9,6 +9,7 @@ package cfronttest
 // #include <stddef.h>
 // #include <stdlib.h>
 // #include <sys/prctl.h>
+// #include <sys/stat.h>
 // #include <sys/syscall.h>
 //
 // // cfronttest_nft_install_stuck runs cfront_nft_install on a thread
@@ -118,20 +119,22 @@ package cfronttest
 // 	return r;
 // }
 //
-// // cfronttest_nft_delete runs the C's deleteTable alone (the batch an
-// // unverified install ends with): 1 when acknowledged, 0 when refused,
-// // -1 when unknown or no socket; -2: the thread is stuck in nsfd.
+// // cfronttest_nft_delete runs cfront_nft_remove (the deleteTable batch an
+// // unverified install also ends with): 1 when acknowledged, with the
+// // socket it returns a socket (closed here), -1 when not removed; -2: the
+// // thread is stuck in nsfd.
 // static int cfronttest_nft_delete(int nsfd, const char *table) {
 // 	struct cf_nft *s = calloc(1, sizeof *s);
 // 	if (!s)
 // 		return -1;
-// 	s->table = table;
-// 	s->fd = cf_nft_socket(nsfd);
-// 	int ok = s->fd == -2 ? -2 : s->fd < 0 ? -1 : cf_nft_flush(s, 1);
-// 	if (s->fd >= 0)
-// 		close(s->fd);
+// 	int fd = cfront_nft_remove(s, nsfd, table);
 // 	free(s);
-// 	return ok;
+// 	if (fd < 0)
+// 		return fd;
+// 	struct stat st;
+// 	int ok = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+// 	close(fd);
+// 	return ok ? 1 : -1;
 // }
 import "C"
 
@@ -259,9 +262,9 @@ func stuckOr(r C.int, err error) (C.int, error) {
 	return r, nil
 }
 
-// NFTDelete runs only the C's deleteTable batch (NEWTABLE and DELTABLE)
-// for table in the namespace at nsPath: nil when the kernel acknowledged
-// it.
+// NFTDelete runs the C's removal (cfront_nft_remove: the deleteTable batch,
+// NEWTABLE and DELTABLE) for table in the namespace at nsPath: nil when
+// the kernel acknowledged it and the C returned its socket.
 func NFTDelete(nsPath, table string) error {
 	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
 		r, err := C.cfronttest_nft_delete(fd, t)

@@ -498,8 +498,9 @@ func TestNFTVerifyTampered(t *testing.T) {
 	}
 }
 
-// The batch that takes out an unverified install deletes the table, and
-// succeeds when there is none (deleteTable's AddTable+DelTable).
+// The removal (the hook's poststop in a namespace that outlives the
+// container; its batch also takes out an unverified install) deletes the
+// table, and succeeds when there is none (deleteTable's AddTable+DelTable).
 func TestNFTDelete(t *testing.T) {
 	testenv.RequireRoot(t)
 	id := "cfront-nft-delete"
