@@ -15,6 +15,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -69,18 +70,23 @@ func TestNftablesRemoveHandOff(t *testing.T) {
 // (state on stdin, stdout and stderr pipes read to their end), removes the
 // rules of a namespace that outlives the container before it returns,
 // hands its socket to a holder (logged), and the holder does not outlive
-// it for long.
+// it for long. Its C front does the removal; with the front off, the Go
+// hook does the same.
 func TestHookPoststopHandsOff(t *testing.T) {
 	testenv.RequireRoot(t)
 	hookBin := testbundle.Build(t).Hook
 	n := testenv.NewNetNS(t)
 	sleeper := sleepIn(t, n)
 	b := testbundle.New(t, testbundle.Options{NetNS: n.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
-	for i := range 3 {
+	for i := range 4 {
 		id := fmt.Sprintf("handoff-%d", i)
+		goHook := i%2 == 1
 		state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":%d,"bundle":%q}`, id, sleeper.Process.Pid, b.Dir)
 		for _, stage := range []string{"createRuntime", "poststop"} {
 			cmd := exec.Command(hookBin, stage, "--log", b.LogFile, "--engine", "nftables")
+			if goHook {
+				cmd.Env = append(os.Environ(), front.DisableEnv+"=1")
+			}
 			cmd.Stdin = strings.NewReader(state)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -92,8 +98,17 @@ func TestHookPoststopHandsOff(t *testing.T) {
 			}
 		}
 		requireNoChains(t, n)
-		if log := b.Log(); !strings.Contains(log, "remove container="+id+" ") || !strings.Contains(log, "result=ok socket=handed-off") {
-			t.Fatalf("no handed-off removal of %s in the log:\n%s", id, log)
+		var line string
+		for _, l := range strings.Split(b.Log(), "\n") {
+			if strings.Contains(l, " remove container="+id+" ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, " engine=nftables netns="+n.Path()+" ") || !strings.Contains(line, " result=ok socket=handed-off") {
+			t.Fatalf("no handed-off removal of %s in the log:\n%s", id, b.Log())
+		}
+		if byFront := strings.HasSuffix(line, " front=c"); byFront == goHook {
+			t.Fatalf("removal of %s by the C front %v, want %v: %s", id, byFront, !goHook, line)
 		}
 	}
 	// The holders exit once their hook has: none is left after a while.

@@ -1,22 +1,29 @@
 // sforge-hook's front: see doc.go for why this is C.
 //
-// It runs as an ELF constructor, before the Go runtime starts, for three
+// It runs as an ELF constructor, before the Go runtime starts, for four
 // cases. `sforge-hook poststop` for a container whose network namespace was
 // its own (no path: it died with the container, and the rules with it) or
 // whose namespace path is gone: the Go hook returns there without doing or
 // logging anything (hook.poststop); the front exits 0 instead of starting
-// it. `sforge-hook createRuntime` (or prestart) for a container whose
-// allowlist, capabilities and namespace the front reads without doubt: it
-// installs the nftables table itself (internal/cfront/nft.h, the C mirror
-// of engine/nftables) and logs the line the Go hook would. Whenever
-// anything is not exactly as expected it leaves the decision to the Go
-// hook, with the state it read from stdin put back where the Go hook reads
-// it: every decision here can only fall back, or refuse. And the hook's
-// internal `hold-netlink` mode (hook.hold), which only waits.
+// it. `sforge-hook poststop` for a container whose namespace outlives it
+// (a path that exists: a bind mount, another container's, a pod's) and
+// whose allowlist the front reads without doubt: it removes our table
+// there itself, hands the netlink socket to a holder as hook.holdNetlink
+// does, and logs the Go hook's line. `sforge-hook createRuntime` (or
+// prestart) for a container whose allowlist, capabilities and namespace
+// the front reads without doubt: it installs the nftables table itself
+// (internal/cfront/nft.h, the C mirror of engine/nftables) and logs the
+// line the Go hook would. Whenever anything is not exactly as expected it
+// leaves the decision to the Go hook, with the state it read from stdin
+// put back where the Go hook reads it: every decision here can only fall
+// back, or refuse. And the hook's internal `hold-netlink` mode
+// (hook.hold), which only waits.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +39,8 @@
 #include "front.h"
 #include "nft.h"
 #include "spec.h"
+
+extern char **environ;
 
 // The bound of hook/state.go's maxStateBytes (CFRONT_MAX_SPEC is its
 // maxSpecBytes).
@@ -204,6 +213,23 @@ __attribute__((format(printf, 2, 3))) static void log_line(const char *path, con
 	cfront_append(path, line, n, 0640, 0750);
 }
 
+// read_bundle reads the state in buf and its bundle's config.json as
+// ReadState and LoadSpec do: the document (the caller frees it; sp's
+// strings point into it), or NULL when either is not one the front is
+// sure of.
+static char *read_bundle(const char *buf, size_t len, struct state *st, struct cfront_oci *sp) {
+	char bundle[4096];
+	if (!read_state(buf, len, st, bundle, sizeof bundle))
+		return NULL;
+	size_t n;
+	char *data = cfront_spec(bundle, CFRONT_MAX_SPEC, &n);
+	if (data && (!cfront_read_spec(data, n, sp) || sp->unsure)) {
+		free(data);
+		return NULL;
+	}
+	return data;
+}
+
 // decide is hook.install up to the engine, for what the front reads
 // without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
 // hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
@@ -212,16 +238,12 @@ __attribute__((format(printf, 2, 3))) static void log_line(const char *path, con
 // namespaces a container must not share (hook.hostNetNS).
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d) {
-	struct state st;
-	char bundle[4096];
 	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
 		return DECIDE_GO; // iptables: the Go engine's
-	if (!read_state(buf, len, &st, bundle, sizeof bundle) || !cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id)
-		return DECIDE_GO;
-	size_t n;
-	char *data = cfront_spec(bundle, CFRONT_MAX_SPEC, &n);
+	struct state st;
 	struct cfront_oci sp;
-	if (!data || !cfront_read_spec(data, n, &sp) || sp.unsure) {
+	char *data = read_bundle(buf, len, &st, &sp);
+	if (!data || !cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id) {
 		free(data);
 		return DECIDE_GO;
 	}
@@ -246,6 +268,156 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	if (!cfront_kernel_nft() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
 		return DECIDE_GO;
 	return DECIDE_INSTALL;
+}
+
+// decide_remove is hook.poststop up to the engine, for what the front reads
+// without doubt: REMOVE_NOTHING where the Go hook returns without doing or
+// logging anything (no namespace path, a path gone, no allowlist),
+// REMOVE_TABLE with *d filled in where it removes our table from a
+// namespace that outlives the container (a bind mount, or another
+// container's that it joined), REMOVE_GO for everything else (the Go hook
+// then decides, and may also return without a word). host is as for
+// sforge_hook_front_decide.
+int sforge_hook_front_decide_remove(const char *buf, size_t len, const char *engine, const char *const *host,
+                                    struct sforge_hook_removal *d) {
+	struct state st;
+	struct cfront_oci sp;
+	char *data = read_bundle(buf, len, &st, &sp);
+	if (!data)
+		return REMOVE_GO;
+	// The namespace first, as hook.poststop: none, no path, or its path
+	// gone (pathExists: anything but ENOENT counts as there).
+	if (!sp.net || !sp.path_n) {
+		free(data);
+		return REMOVE_NOTHING;
+	}
+	if (sp.path_n >= sizeof d->netns) {
+		free(data);
+		return REMOVE_GO;
+	}
+	memcpy(d->netns, sp.path, sp.path_n);
+	d->netns[sp.path_n] = '\0';
+	struct stat nsb;
+	if (stat(d->netns, &nsb) != 0) {
+		free(data);
+		return errno == ENOENT ? REMOVE_NOTHING : REMOVE_GO;
+	}
+	if (!sp.ann && !sp.env) {
+		free(data);
+		return REMOVE_NOTHING; // policy.Lookup: not found
+	}
+	// An allowlist the C does not decode may be one Go refuses (it then
+	// returns in silence) or one the C is unsure of: Go's either way.
+	struct cfront_allowlist allow;
+	int ok = sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &allow) : cfront_allow_decode(sp.env_v, sp.env_n, &allow);
+	free(data); // sp's strings point into it
+	if (!ok)
+		return REMOVE_GO;
+	// sharesNetNS: an error, or one of the host's namespaces (the Go hook
+	// returns; nothing of ours is there).
+	for (; *host; host++)
+		if (cfront_same_file(&nsb, *host) != 0)
+			return REMOVE_GO;
+	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
+		return REMOVE_GO; // iptables: the Go engine's
+	if (!cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id || !cfront_kernel_nft() ||
+	    !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
+		return REMOVE_GO;
+	memcpy(d->id, st.id, st.id_n);
+	d->id[st.id_n] = '\0';
+	return REMOVE_TABLE;
+}
+
+// hand_off is hook.holdNetlink: the last close of a netfilter netlink socket
+// that deleted anything waits for the kernel's RCU grace period (8-16 ms
+// here), which runc would wait for in this process's exit. A copy of the
+// hook in its hold-netlink mode (its C front, hold() below: no Go start)
+// keeps a duplicate of sock as descriptor 3 until this process has exited
+// (the end of its stdin, a pipe whose write end only this process holds,
+// left open until the exit), in a session of its own, its output
+// /dev/null so that runc does not wait for it either. sock is closed
+// here. 1 when the copy started; 0 (errno set) when the wait is to happen
+// here.
+static int hand_off(int sock) {
+	// Not descriptor 3 itself: a dup2 onto the same number would leave it
+	// close-on-exec.
+	int dup = fcntl(sock, F_DUPFD_CLOEXEC, 4);
+	int err = errno;
+	if (dup < 0) {
+		errno = err;
+		return 0; // sock stays open: the wait happens at this exit
+	}
+	close(sock);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		err = errno;
+		close(dup);
+		errno = err;
+		return 0;
+	}
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&at);
+	posix_spawn_file_actions_adddup2(&fa, p[0], 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawn_file_actions_adddup2(&fa, dup, 3);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+	char *argv[] = {"/proc/self/exe", "hold-netlink", NULL};
+	pid_t pid;
+	int r = posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(p[0]);
+	if (r != 0) {
+		close(p[1]);
+		errno = r;
+		return 0; // dup stays open: the wait happens at this exit
+	}
+	close(dup);
+	// p[1] is never closed here: the exit closes it, which ends the copy.
+	return 1;
+}
+
+// remove_table is hook.poststop's removal with the nftables engine, and its
+// log line: REMOVE_NOTHING when done (the poststop ends here), REMOVE_GO
+// when the C did not remove and the Go hook is to (its removal deletes
+// whether or not the table is still there).
+static int remove_table(const struct opts *o, const struct sforge_hook_removal *d) {
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int fd = open(d->netns, O_RDONLY | O_CLOEXEC); // nft.h checks it is a namespace
+	if (fd < 0)
+		return REMOVE_GO;
+	static struct cf_nft nft;
+	int sock = cfront_nft_remove(&nft, fd, d->table);
+	int err = errno;
+	close(fd);
+	if (sock == -1)
+		return REMOVE_GO;
+	int handed = 0;
+	if (sock >= 0) {
+		handed = hand_off(sock);
+		if (!handed)
+			log_line(o->log, "remove container=%s: no holder for the netlink socket (%s); waiting for the kernel here",
+			         d->id, strerror(errno));
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	char took[32];
+	cfront_duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+	if (sock == -2) {
+		// Still in the container's namespace: nothing more runs here. A
+		// poststop never fails a deletion; the table stays (more
+		// restrictive, never less).
+		log_line(o->log,
+		         "remove container=%s engine=nftables netns=%s duration=%s result=error: cannot return to the hook's own network namespace: %s front=c",
+		         d->id, d->netns, took, strerror(err));
+		return REMOVE_NOTHING;
+	}
+	log_line(o->log, "remove container=%s engine=nftables netns=%s duration=%s result=ok%s front=c", d->id, d->netns, took,
+	         handed ? " socket=handed-off" : "");
+	return REMOVE_NOTHING;
 }
 
 // install_timed is install with its log line timed; sched is the thread's
@@ -368,10 +540,18 @@ __attribute__((constructor)) static void sforge_hook_front(void) {
 		// Go hook's to refuse.
 		int err;
 		size_t n = cfront_read_fd(0, buf, MAX_STATE + 1, &err);
-		if (!err && stage == STAGE_POSTSTOP && sforge_hook_front_idle(buf, n))
-			_exit(0);
+		static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
+		if (!err && stage == STAGE_POSTSTOP) {
+			if (sforge_hook_front_idle(buf, n))
+				_exit(0);
+			static struct sforge_hook_removal rm;
+			int r = sforge_hook_front_decide_remove(buf, n, o.engine, host, &rm);
+			if (r == REMOVE_TABLE)
+				r = remove_table(&o, &rm);
+			if (r != REMOVE_GO)
+				_exit(0);
+		}
 		if (!err && stage == STAGE_INSTALL) {
-			static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
 			static struct sforge_hook_decision d;
 			int r = sforge_hook_front_decide(buf, n, o.engine, host, &d);
 			if (r == DECIDE_INSTALL)

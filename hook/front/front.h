@@ -38,4 +38,19 @@ struct sforge_hook_decision {
 // config.json as hook.install does, up to the engine (see front.c).
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d);
+
+// What the front decided for a poststop whose namespace outlives the
+// container.
+enum { REMOVE_GO = 0, REMOVE_NOTHING = 1, REMOVE_TABLE = 2 };
+
+struct sforge_hook_removal {
+	char id[256];     // the container's id
+	char netns[4096]; // the namespace's path in config.json
+	char table[64];   // policy.ChainName(id)
+};
+
+// sforge_hook_front_decide_remove reads the state in buf and its bundle's
+// config.json as hook.poststop does, up to the engine (see front.c).
+int sforge_hook_front_decide_remove(const char *buf, size_t len, const char *engine, const char *const *host,
+                                    struct sforge_hook_removal *d);
 #endif

@@ -418,13 +418,21 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+	checkEngines(t, func(e string) int { return checkDecideAgrees(t, []byte(decideCases[0].spec), e).kind }, decideGo, decideInstall)
+}
+
+// checkEngines runs check, a decision on a spec the front takes, with each
+// engine: the iptables ones are the Go hook's (goKind), nftables the
+// front's (want).
+func checkEngines(t *testing.T, check func(engine string) int, goKind, want int) {
+	t.Helper()
 	for _, e := range []string{engines.IPTables, engines.IPTablesNFT, engines.IPTablesLegacy} {
-		if d := checkDecideAgrees(t, []byte(decideCases[0].spec), e); d.kind != decideGo {
-			t.Errorf("engine %s: decision %d, want the Go hook's", e, d.kind)
+		if k := check(e); k != goKind {
+			t.Errorf("engine %s: decision %d, want the Go hook's", e, k)
 		}
 	}
-	if d := checkDecideAgrees(t, []byte(decideCases[0].spec), engines.NFTables); d.kind != decideInstall {
-		t.Errorf("engine nftables: decision %d, want an install", d.kind)
+	if k := check(engines.NFTables); k != want {
+		t.Errorf("engine nftables: decision %d, want %d", k, want)
 	}
 }
 
@@ -507,13 +515,20 @@ func checkDecideAgrees(t *testing.T, spec []byte, engineName string) decision {
 		if !d.allow.Equal(rec.allow) {
 			t.Fatalf("%q: the front installs %+v, the Go hook %+v", spec, d.allow, rec.allow)
 		}
-		if table, err := policy.ChainName(id); err != nil || d.table != table {
-			t.Fatalf("the front names the table %q, the Go engine %q (%v)", d.table, table, err)
-		}
+		requireTableName(t, id, d.table)
 	default:
 		t.Fatalf("unknown decision %d", d.kind)
 	}
 	return d
+}
+
+// requireTableName fails unless the front names id's table as the Go
+// engine does.
+func requireTableName(t *testing.T, id, table string) {
+	t.Helper()
+	if want, err := policy.ChainName(id); err != nil || table != want {
+		t.Fatalf("the front names the table %q, the Go engine %q (%v)", table, want, err)
+	}
 }
 
 func FuzzDecide(f *testing.F) {
@@ -521,4 +536,124 @@ func FuzzDecide(f *testing.F) {
 		f.Add([]byte(c.spec))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkDecideAgrees(t, b, engines.Auto) })
+}
+
+// removeRecorder records what the Go hook asks its engine to remove.
+type removeRecorder struct {
+	t      *testing.T
+	target *engine.Target
+}
+
+func (r *removeRecorder) Name() string { return "recording" }
+func (r *removeRecorder) Install(engine.Target, policy.Allowlist) (engine.Report, error) {
+	r.t.Fatal("a poststop installed rules")
+	return engine.Report{}, nil
+}
+func (r *removeRecorder) Remove(t engine.Target) error {
+	r.target = &t
+	return nil
+}
+func (r *removeRecorder) Check(engine.Target, policy.Allowlist) error { return nil }
+
+// removeCases are config.json files for a poststop; @NS@ stands for a
+// namespace path that exists, @GONE@ for one that does not. want is the
+// front's decision for the engine "auto".
+var removeCases = []struct {
+	name, spec string
+	want       int
+}{
+	{"annotation, namespace by path", `{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443"},` + removeByPath + `}`, removeTable},
+	{"env, namespace by path", `{"process":{"env":["SFORGE_EGRESS=v1;udp:10.0.0.0/8:53;else:drop"]},` + removeByPath + `}`, removeTable},
+	{"capabilities are not a poststop's", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_ADMIN"]}},` + removeByPath + `}`, removeTable},
+	{"escaped argument", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["sh","-c","a \u0026\u0026 b"]},` + removeByPath + `}`, removeTable},
+	{"private namespace", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network"}]}}`, removeNothing},
+	{"no network namespace", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"pid"}]}}`, removeNothing},
+	{"namespace path gone", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network","path":"@GONE@"}]}}`, removeNothing},
+	{"not isolated", `{"process":{"env":["PATH=/bin"]},` + removeByPath + `}`, removeNothing},
+	{"path under a file", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network","path":"@NS@/x"}]}}`, removeGo},
+	{"invalid allowlist", `{"annotations":{"sforge.io/egress":"v2"},` + removeByPath + `}`, removeGo},
+	{"env twice, different", `{"process":{"env":["SFORGE_EGRESS=v1","SFORGE_EGRESS=v1;else:drop"]},` + removeByPath + `}`, removeGo},
+	{"annotation null", `{"annotations":{"sforge.io/egress":null},` + removeByPath + `}`, removeGo},
+	{"annotation twice", `{"annotations":{"sforge.io/egress":"v1","sforge.io/egress":"v1"},` + removeByPath + `}`, removeGo},
+	{"malformed", `{"annotations":{"sforge.io/egress":"v1"},` + removeByPath, removeGo},
+}
+
+const removeByPath = `"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"@NS@"}]}`
+
+func TestDecideRemove(t *testing.T) {
+	for _, c := range removeCases {
+		t.Run(c.name, func(t *testing.T) {
+			if d := checkDecideRemoveAgrees(t, []byte(c.spec), engines.Auto); d.kind != c.want {
+				t.Fatalf("decision %d, want %d", d.kind, c.want)
+			}
+		})
+	}
+	checkEngines(t, func(e string) int { return checkDecideRemoveAgrees(t, []byte(removeCases[0].spec), e).kind }, removeGo, removeTable)
+}
+
+// TestDecideRemoveHostNamespace: a namespace path that is one of the
+// host's is the Go hook's (it returns without touching it).
+func TestDecideRemoveHostNamespace(t *testing.T) {
+	spec := strings.ReplaceAll(removeCases[0].spec, "@NS@", "/proc/self/ns/net")
+	st := decideState(t, []byte(spec), "c1")
+	if d := decideRemove(st, engines.Auto, []string{"/proc/self/ns/net"}); d.kind != removeGo {
+		t.Fatalf("decision %d for the hook's own namespace, want the Go hook's", d.kind)
+	}
+	if d := decideRemove(st, engines.Auto, []string{"/nonexistent"}); d.kind != removeGo {
+		t.Fatalf("decision %d with an unreadable host namespace, want the Go hook's (sharesNetNS fails)", d.kind)
+	}
+}
+
+// checkDecideRemoveAgrees runs the front's poststop decision and the Go
+// hook's poststop on the same state and config.json (@NS@ and @GONE@ made
+// paths): where the front decides, the Go hook removes the same table from
+// the same namespace (or touches and logs nothing).
+func checkDecideRemoveAgrees(t *testing.T, spec []byte, engineName string) removal {
+	t.Helper()
+	const id = "0123456789abcdef"
+	dir := t.TempDir()
+	ns := filepath.Join(dir, "netns")
+	if err := os.WriteFile(ns, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec = bytes.ReplaceAll(bytes.ReplaceAll(spec, []byte("@NS@"), []byte(ns)), []byte("@GONE@"), []byte(filepath.Join(dir, "gone")))
+	st := decideState(t, spec, id)
+	d := decideRemove(st, engineName, nil)
+	if d.kind == removeGo {
+		return d
+	}
+	rec := &removeRecorder{t: t}
+	log := filepath.Join(t.TempDir(), "hook.log")
+	h := &hook.Hook{Engine: rec, Log: &hook.Logger{Path: log}, HostNetNS: []string{}}
+	if err := h.Run(hook.StagePoststop, bytes.NewReader(st)); err != nil {
+		t.Fatalf("poststop of %q: %v", spec, err)
+	}
+	switch d.kind {
+	case removeNothing:
+		if rec.target != nil {
+			t.Fatalf("the front sees nothing to remove for %q, the Go hook removes %+v", spec, *rec.target)
+		}
+		if b, err := os.ReadFile(log); !os.IsNotExist(err) {
+			t.Fatalf("the front sees nothing to remove for %q, the Go hook logged %q (%v)", spec, b, err)
+		}
+	case removeTable:
+		if rec.target == nil {
+			t.Fatalf("the front removes for %q, the Go hook does not", spec)
+		}
+		want := engine.Target{NetNS: ns, ID: id}
+		if *rec.target != want || d.netns != ns || d.id != id {
+			t.Fatalf("the front removes from %s for %s, the Go hook %+v", d.netns, d.id, *rec.target)
+		}
+		requireTableName(t, id, d.table)
+	default:
+		t.Fatalf("unknown decision %d", d.kind)
+	}
+	return d
+}
+
+func FuzzDecideRemove(f *testing.F) {
+	for _, c := range removeCases {
+		f.Add([]byte(c.spec))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkDecideRemoveAgrees(t, b, engines.Auto) })
 }

@@ -95,6 +95,32 @@ func idle(b []byte) bool {
 	return C.sforge_hook_front_idle(buf, C.size_t(len(b))) != 0
 }
 
+// decisionInput is a decision's arguments in C memory: the state, the
+// engine and the NULL-terminated list of the host's namespaces.
+type decisionInput struct {
+	buf    *C.char
+	n      C.size_t
+	engine *C.char
+	host   []*C.char
+	free   func()
+}
+
+func newDecisionInput(b []byte, engine string, host []string) decisionInput {
+	buf, freeBuf := cBytes(b)
+	in := decisionInput{buf: buf, n: C.size_t(len(b)), engine: C.CString(engine), host: make([]*C.char, len(host)+1)}
+	for i, h := range host {
+		in.host[i] = C.CString(h)
+	}
+	in.free = func() {
+		freeBuf()
+		C.free(unsafe.Pointer(in.engine))
+		for _, h := range in.host[:len(host)] {
+			C.free(unsafe.Pointer(h))
+		}
+	}
+	return in
+}
+
 // decision is what the front decided for a createRuntime.
 type decision struct {
 	kind  int // decideGo, decideNothing, decideInstall
@@ -113,18 +139,11 @@ const (
 // decide runs the front's createRuntime decision on a state, with engine
 // and the namespaces a container must not share (host).
 func decide(b []byte, engine string, host []string) decision {
-	buf, free := cBytes(b)
-	defer free()
-	ceng := C.CString(engine)
-	defer C.free(unsafe.Pointer(ceng))
-	chost := make([]*C.char, len(host)+1)
-	for i, h := range host {
-		chost[i] = C.CString(h)
-		defer C.free(unsafe.Pointer(chost[i]))
-	}
+	in := newDecisionInput(b, engine, host)
+	defer in.free()
 	d := (*C.struct_sforge_hook_decision)(C.calloc(1, C.sizeof_struct_sforge_hook_decision))
 	defer C.free(unsafe.Pointer(d))
-	kind := int(C.sforge_hook_front_decide(buf, C.size_t(len(b)), ceng, &chost[0], d))
+	kind := int(C.sforge_hook_front_decide(in.buf, in.n, in.engine, &in.host[0], d))
 	if kind != decideInstall {
 		return decision{kind: kind}
 	}
@@ -135,6 +154,34 @@ func decide(b []byte, engine string, host []string) decision {
 		table: C.GoString(&d.table[0]),
 		allow: goAllowlist(&d.allow),
 	}
+}
+
+// removal is what the front decided for a poststop.
+type removal struct {
+	kind  int // removeGo, removeNothing, removeTable
+	id    string
+	netns string
+	table string
+}
+
+const (
+	removeGo      = C.REMOVE_GO
+	removeNothing = C.REMOVE_NOTHING
+	removeTable   = C.REMOVE_TABLE
+)
+
+// decideRemove runs the front's poststop decision on a state, with engine
+// and the namespaces a container must not share (host).
+func decideRemove(b []byte, engine string, host []string) removal {
+	in := newDecisionInput(b, engine, host)
+	defer in.free()
+	d := (*C.struct_sforge_hook_removal)(C.calloc(1, C.sizeof_struct_sforge_hook_removal))
+	defer C.free(unsafe.Pointer(d))
+	kind := int(C.sforge_hook_front_decide_remove(in.buf, in.n, in.engine, &in.host[0], d))
+	if kind != removeTable {
+		return removal{kind: kind}
+	}
+	return removal{kind: kind, id: C.GoString(&d.id[0]), netns: C.GoString(&d.netns[0]), table: C.GoString(&d.table[0])}
 }
 
 // goAllowlist converts the C allowlist. An endpoint NewEndpoint refuses
