@@ -349,9 +349,10 @@ static inline int cfront_kernel_nft(void) {
 // cfront_populate maps the pages of [p, p+n) for writing in one call. A
 // front's static state is new to its process, and each page it first
 // touches is a page fault, 10-30 µs each on this kind of machine (a
-// paravirtualised guest) under load; one madvise maps them all for about
-// the price of two. Best effort: a kernel before 5.14 refuses it, and the
-// pages then fault in one by one as before.
+// paravirtualised guest) under load; one madvise maps them all in one
+// system call, without an exception per page. Best effort: a kernel
+// before 5.14 refuses it, and the pages then fault in one by one as
+// before.
 static inline void cfront_populate(void *p, size_t n) {
 	uintptr_t page = 4096, start = (uintptr_t)p & ~(page - 1), end = ((uintptr_t)p + n + page - 1) & ~(page - 1);
 	madvise((void *)start, end - start, MADV_POPULATE_WRITE);
