@@ -472,7 +472,6 @@ struct cf_nft {
 	size_t n_entries, n_elems;
 	struct cf_nft_entry entries[CF_NFT_MAX_ELEMS];
 	struct cf_nft_elem elems[CF_NFT_MAX_ELEMS];
-	uint8_t q[512]; // one request: a table name and a set name at most
 	// The batches, then the answers: a datagram from the kernel is
 	// received where the batch was (already sent), so that the answers
 	// land on pages the batch's encoding touched.
@@ -1697,6 +1696,8 @@ static inline int cf_nft_verify(struct cf_nft *s) {
 // for the socket() call only (a netlink socket stays in the namespace it
 // was opened in) and returns at once. The socket, or -1 (nothing to undo),
 // or -2 when the thread could not return to its own namespace (errno set).
+// The socket's errors come without the request they answer, and a receive
+// gives up after CF_NFT_TIMEOUT_SEC.
 static inline int cf_nft_socket(int nsfd) {
 	struct statfs fs;
 	if (fstatfs(nsfd, &fs) != 0 || fs.f_type != CF_NSFS_MAGIC) // openNetNS
@@ -1719,6 +1720,12 @@ static inline int cf_nft_socket(int nsfd) {
 		return -2;
 	}
 	close(self);
+	if (fd >= 0) {
+		int one = 1;
+		setsockopt(fd, CF_SOL_NETLINK, CF_NETLINK_CAP_ACK, &one, sizeof one);
+		struct timeval tv = {CF_NFT_TIMEOUT_SEC, 0};
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	}
 	errno = err;
 	return fd;
 }
@@ -1781,10 +1788,6 @@ static inline int cfront_nft_apply(struct cf_nft *s, int nsfd) {
 		sz = CF_NFT_ECHO_RCVBUF;
 		setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
 	}
-	int one = 1;
-	setsockopt(s->fd, CF_SOL_NETLINK, CF_NETLINK_CAP_ACK, &one, sizeof one); // errors without the request
-	struct timeval tv = {CF_NFT_TIMEOUT_SEC, 0};
-	setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
 	// The batch creates the table with NLM_F_EXCL: where it is there
 	// already, the kernel refuses the whole batch (EEXIST) and leaves the
@@ -1825,10 +1828,6 @@ static inline int cfront_nft_remove(struct cf_nft *s, int nsfd, const char *tabl
 	s->fd = cf_nft_socket(nsfd);
 	if (s->fd < 0)
 		return s->fd; // -2: errno is setns's
-	int one = 1;
-	setsockopt(s->fd, CF_SOL_NETLINK, CF_NETLINK_CAP_ACK, &one, sizeof one);
-	struct timeval tv = {CF_NFT_TIMEOUT_SEC, 0};
-	setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	int r = cf_nft_flush(s, 1);
 	int fd = s->fd;
 	s->fd = -1;

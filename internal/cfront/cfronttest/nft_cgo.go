@@ -36,7 +36,8 @@ package cfronttest
 // // then the attribute a2 with v2, when given) and hands each answer to
 // // fn, until NLMSG_DONE. 1 when it ended well; 0 on an error (errno set).
 // static int cfronttest_nft_dump(struct cf_nft *s, int msg, const char *table, uint16_t a2, const char *v2, cf_nft_fn fn) {
-// 	struct cf_nft_buf b = {s->q, 0, sizeof s->q, 0};
+// 	uint8_t q[512]; // one request: a table name and a set name at most
+// 	struct cf_nft_buf b = {q, 0, sizeof q, 0};
 // 	size_t m = cf_nft_msg(s, &b, cf_nft_type(msg), CF_NLM_F_REQUEST | CF_NLM_F_DUMP, CF_NFPROTO_INET, 0);
 // 	if (table)
 // 		cf_nft_str(&b, 1, table); // NFTA_{TABLE_NAME,SET_TABLE,RULE_TABLE,SET_ELEM_LIST_TABLE}
@@ -44,7 +45,7 @@ package cfronttest
 // 		cf_nft_str(&b, a2, v2);
 // 	cf_nft_msg_end(&b, m);
 // 	uint32_t seq = s->seq;
-// 	if (b.bad || !cf_nft_send(s, s->q, b.len))
+// 	if (b.bad || !cf_nft_send(s, q, b.len))
 // 		return 0;
 // 	for (;;) {
 // 		size_t len = cf_nft_recv(s);
