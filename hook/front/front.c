@@ -230,6 +230,26 @@ static char *read_bundle(const char *buf, size_t len, struct state *st, struct c
 	return data;
 }
 
+// nft_engine reports whether engine is one the C engine may stand for:
+// auto (nftables where the kernel has it, cfront_kernel_nft) or nftables;
+// the iptables ones are the Go engine's.
+static int nft_engine(const char *engine) { return strcmp(engine, "auto") == 0 || strcmp(engine, "nftables") == 0; }
+
+// decode_allowlist is policy.Lookup's choice (the annotation first, else
+// the environment) decoded as policy.Decode does: 0 when the C is not sure.
+static int decode_allowlist(const struct cfront_oci *sp, struct cfront_allowlist *a) {
+	return sp->ann ? cfront_allow_decode(sp->ann_v, sp->ann_n, a) : cfront_allow_decode(sp->env_v, sp->env_n, a);
+}
+
+// host_netns is sharesNetNS for the namespace ns: 0 when it is none of
+// host's, which are all readable or closed to us; else the Go hook's.
+static int host_netns(const struct stat *ns, const char *const *host) {
+	for (; *host; host++)
+		if (cfront_same_file(ns, *host) != 0)
+			return 1;
+	return 0;
+}
+
 // decide is hook.install up to the engine, for what the front reads
 // without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
 // hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
@@ -238,8 +258,8 @@ static char *read_bundle(const char *buf, size_t len, struct state *st, struct c
 // namespaces a container must not share (hook.hostNetNS).
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d) {
-	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
-		return DECIDE_GO; // iptables: the Go engine's
+	if (!nft_engine(engine))
+		return DECIDE_GO;
 	struct state st;
 	struct cfront_oci sp;
 	char *data = read_bundle(buf, len, &st, &sp);
@@ -251,7 +271,7 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 		free(data);
 		return DECIDE_NOTHING;
 	}
-	int ok = sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &d->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &d->allow);
+	int ok = decode_allowlist(&sp, &d->allow);
 	free(data); // sp's strings point into it
 	if (!ok || st.pid <= 0 || !sp.net || !sp.process || !sp.caps || sp.admin_cap || sp.net_raw)
 		return DECIDE_GO;
@@ -260,11 +280,8 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	snprintf(d->netns, sizeof d->netns, "/proc/%ld/ns/net", st.pid);
 	// sharesNetNS: an error, or one of the host's namespaces.
 	struct stat nsb;
-	if (stat(d->netns, &nsb) != 0)
+	if (stat(d->netns, &nsb) != 0 || host_netns(&nsb, host))
 		return DECIDE_GO;
-	for (; *host; host++)
-		if (cfront_same_file(&nsb, *host) != 0)
-			return DECIDE_GO;
 	if (!cfront_kernel_nft() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
 		return DECIDE_GO;
 	return DECIDE_INSTALL;
@@ -299,8 +316,9 @@ int sforge_hook_front_decide_remove(const char *buf, size_t len, const char *eng
 	d->netns[sp.path_n] = '\0';
 	struct stat nsb;
 	if (stat(d->netns, &nsb) != 0) {
+		int gone = errno == ENOENT;
 		free(data);
-		return errno == ENOENT ? REMOVE_NOTHING : REMOVE_GO;
+		return gone ? REMOVE_NOTHING : REMOVE_GO;
 	}
 	if (!sp.ann && !sp.env) {
 		free(data);
@@ -309,17 +327,13 @@ int sforge_hook_front_decide_remove(const char *buf, size_t len, const char *eng
 	// An allowlist the C does not decode may be one Go refuses (it then
 	// returns in silence) or one the C is unsure of: Go's either way.
 	struct cfront_allowlist allow;
-	int ok = sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &allow) : cfront_allow_decode(sp.env_v, sp.env_n, &allow);
+	int ok = decode_allowlist(&sp, &allow);
 	free(data); // sp's strings point into it
-	if (!ok)
+	// A namespace of the host's (or one sharesNetNS cannot compare): the
+	// Go hook returns, nothing of ours is there. An iptables engine: the
+	// Go engine's.
+	if (!ok || host_netns(&nsb, host) || !nft_engine(engine))
 		return REMOVE_GO;
-	// sharesNetNS: an error, or one of the host's namespaces (the Go hook
-	// returns; nothing of ours is there).
-	for (; *host; host++)
-		if (cfront_same_file(&nsb, *host) != 0)
-			return REMOVE_GO;
-	if (strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
-		return REMOVE_GO; // iptables: the Go engine's
 	if (!cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id || !cfront_kernel_nft() ||
 	    !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
 		return REMOVE_GO;
@@ -342,19 +356,12 @@ static int hand_off(int sock) {
 	// Not descriptor 3 itself: a dup2 onto the same number would leave it
 	// close-on-exec.
 	int dup = fcntl(sock, F_DUPFD_CLOEXEC, 4);
-	int err = errno;
-	if (dup < 0) {
-		errno = err;
+	if (dup < 0)
 		return 0; // sock stays open: the wait happens at this exit
-	}
 	close(sock);
 	int p[2];
-	if (pipe2(p, O_CLOEXEC) != 0) {
-		err = errno;
-		close(dup);
-		errno = err;
-		return 0;
-	}
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return 0; // dup stays open: the wait happens at this exit
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	posix_spawn_file_actions_init(&fa);
