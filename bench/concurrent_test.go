@@ -429,7 +429,7 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		results = append(results, res)
 	}
 	if keep(hooksScenario) {
-		results = append(results, concurrentHooks(b, dir, hookBin, runc, busybox, bursts))
+		results = append(results, concurrentHooks(b, dir, hookBin, runc, busybox, bursts, ownSession))
 	}
 	if keep(dockerScenario) {
 		results = append(results, concurrentDocker(b, dir, shimBin, hookBin, runc, busybox, allow, max(1, bursts/2)))
@@ -549,7 +549,7 @@ func nsFromPath(path string) (ns.NetNS, error) { return ns.GetNS(path) }
 // for podman and CRI-O (podman's spec, a private namespace each). The
 // isolation time is the install the hook logs (its C front's, or the Go
 // hook's where the front left it to Go: counted).
-func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts int) concurrentResult {
+func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts int, ownSession bool) concurrentResult {
 	b.Helper()
 	log := filepath.Join(dir, "hook-hooksd.log")
 	hooks := hooksdEntries(hookBin, log)
@@ -563,7 +563,7 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 		}
 		bundles[i] = bd
 	}
-	rt := &lifecycle.Runtime{Binary: runc, Root: filepath.Join(dir, "root-hooksd"), Env: cleanEnv(), OwnSession: ownSessions(b)}
+	rt := &lifecycle.Runtime{Binary: runc, Root: filepath.Join(dir, "root-hooksd"), Env: cleanEnv(), OwnSession: ownSession}
 	res := concurrentResult{name: hooksScenario}
 	ids := runcBursts(b, rt, bundles, "ch", bursts, &res)
 	data, err := os.ReadFile(log)

@@ -62,6 +62,19 @@ func rounds(def int) int {
 	return def
 }
 
+// interleaved runs run(size, k) for each of r rounds, each size and each
+// of n contenders, rotating the contenders' order each round: no contender
+// always runs right after another's cleanup.
+func interleaved(r int, sizes []int, n int, run func(size, k int)) {
+	for round := range r {
+		for _, size := range sizes {
+			for k := range n {
+				run(size, (k+round)%n)
+			}
+		}
+	}
+}
+
 // seedInstallRemove is the seed's approach, for the baseline: one
 // `iptables` (or `ip6tables`) process per rule, as `sudo -n iptables` was
 // run per rule (without sudo here: we are root). It creates the chain, appends
@@ -195,22 +208,16 @@ func BenchmarkEngineInstallRemove(b *testing.B) {
 	r := rounds(11)
 	b.ResetTimer()
 	for range b.N {
-		for round := range r {
-			for _, size := range engineSizes {
-				for k := range contenders {
-					// Rotate the order each round: no contender always
-					// runs right after another's cleanup.
-					c := contenders[(k+round)%len(contenders)]
-					start := time.Now()
-					installed, err := c.run(lists[size])
-					if err != nil {
-						b.Fatalf("%s, %d entries: %v", c.name, size, err)
-					}
-					res[c.name][size] = append(res[c.name][size], time.Since(start))
-					inst[c.name][size] = append(inst[c.name][size], installed)
-				}
+		interleaved(r, engineSizes, len(contenders), func(size, k int) {
+			c := contenders[k]
+			start := time.Now()
+			installed, err := c.run(lists[size])
+			if err != nil {
+				b.Fatalf("%s, %d entries: %v", c.name, size, err)
 			}
-		}
+			res[c.name][size] = append(res[c.name][size], time.Since(start))
+			inst[c.name][size] = append(inst[c.name][size], installed)
+		})
 	}
 	b.StopTimer()
 

@@ -82,21 +82,17 @@ func BenchmarkFrontInstall(b *testing.B) {
 	r := rounds(101)
 	b.ResetTimer()
 	for range b.N {
-		for round := range r {
-			for _, size := range sizes {
-				for k := range contenders {
-					c := contenders[(k+round)%len(contenders)]
-					start := time.Now()
-					if err := c.run(lists[size]); err != nil {
-						b.Fatalf("%s, %d entries: %v", c.name, size, err)
-					}
-					res[c.name][size] = append(res[c.name][size], time.Since(start))
-					if err := cfronttest.NFTDelete(n.Path(), table); err != nil {
-						b.Fatalf("delete after %s: %v", c.name, err)
-					}
-				}
+		interleaved(r, sizes, len(contenders), func(size, k int) {
+			c := contenders[k]
+			start := time.Now()
+			if err := c.run(lists[size]); err != nil {
+				b.Fatalf("%s, %d entries: %v", c.name, size, err)
 			}
-		}
+			res[c.name][size] = append(res[c.name][size], time.Since(start))
+			if err := cfronttest.NFTDelete(n.Path(), table); err != nil {
+				b.Fatalf("delete after %s: %v", c.name, err)
+			}
+		})
 	}
 	b.StopTimer()
 
