@@ -25,13 +25,13 @@
 // path there and not the host's, an allowlist that decodes), with the same
 // batch and the same hand-off of its socket to a holder, and leaves the
 // removal to the Go hook whenever its own did not go through. At
-// createRuntime it installs only when
-// it is sure the Go hook would install the same allowlist in the same
-// namespace (sforge_hook_front_decide: the allowlist decoded as
-// policy.Decode does, capabilities and namespaces checked as hook.install
-// checks them, the engine auto or nftables) and the C engine
-// (internal/cfront/nft.h) finds the kernel's echo of its batch equal to
-// its plan, as the Go engine verifies its read-back; it exits 0 when the container has no allowlist at all. In every
+// createRuntime it installs only when it is sure the Go hook would install
+// the same allowlist in the same namespace (sforge_hook_front_decide: the
+// allowlist decoded as policy.Decode does, capabilities and namespaces
+// checked as hook.install checks them, the engine auto or nftables) and
+// the C engine (internal/cfront/nft.h) finds the kernel's echo of its
+// batch equal to its plan, as the Go engine verifies its read-back; it
+// exits 0 when the container has no allowlist at all. In every
 // other case, each refusal included, it puts the state it read back on fd
 // 0 (a memory file) and the Go hook runs as before, so that what a user
 // reads is the Go hook's message. The one exception fails closed: should

@@ -10,8 +10,8 @@
 // which waits for `runc start` and has run nothing of the user's. This file
 // does that before the Go runtime starts, with the C engine
 // (internal/cfront/nft.h), and exits 0 only once the rules are installed
-// and the kernel's echo of them checked. The Go shim's own start (a Go process, more than the whole
-// install) is what it saves.
+// and the kernel's echo of them checked. The Go shim's own start (a Go
+// process, more than the whole install) is what it saves.
 //
 // Before runc create, anything the front is not sure of (a spec it does not
 // read as Go would, one Go would refuse, an engine other than nftables,
