@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
+
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -85,6 +87,37 @@ func TestRuntimeDocker(t *testing.T) {
 		if !strings.Contains(out, "DNS=fail") {
 			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 		}
+	})
+	// `--network container:X`: Docker names X's namespace by path
+	// (/proc/<pid>/ns/net). The C front adds the poststop hook that
+	// removes the rules when the isolated container goes, creates it and
+	// installs in X's namespace; after `docker run --rm` returns, X holds
+	// nothing of ours and reaches what it reached before.
+	t.Run("joins another container's namespace", func(t *testing.T) {
+		const x = "plain-x"
+		d.MustDocker(t, "run", "-d", "--name", x, "--network", "sfnet", image, "/bin/sleep", "300")
+		t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", x) })
+		before := frontCreates(t, dropped)
+		out := d.MustDocker(t, "run", "--rm", "--network", "container:"+x, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist,
+			image, "/bin/sh", "-c", script)
+		if n := frontCreates(t, dropped); n != before+1 {
+			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+		}
+		regExpect(t, out, checks)
+		if !strings.Contains(out, "DNS=fail") {
+			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+		}
+		pid := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", x))
+		xns, err := ns.GetNS("/proc/" + pid + "/ns/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer xns.Close()
+		requireNoChains(t, xns)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		after, _ := d.Docker(ctx, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(open)...)...)
+		regExpect(t, after, open)
 	})
 	// A running isolated container: `docker exec` joins the container's
 	// namespace (through its process: were the namespace the Go shim's,

@@ -182,7 +182,7 @@ static inline int cfront_field(const char *const *names, unsigned *seen, const c
 // the same members as generic JSON (shim.ParseSpec: maps, so names match
 // exactly); what this reader takes, both read to the same values, and a
 // name it would fold (cfront_field's -2) leaves the document to Go.
-static const char *const cfront_spec_names[] = {"ociVersion", "annotations", "process", "linux", NULL};
+static const char *const cfront_spec_names[] = {"ociVersion", "annotations", "process", "linux", "hooks", NULL};
 static const char *const cfront_process_names[] = {"env", "capabilities", NULL};
 static const char *const cfront_caps_names[] = {"bounding", "effective", "inheritable", "permitted", "ambient", NULL};
 static const char *const cfront_linux_names[] = {"namespaces", NULL};
@@ -230,6 +230,16 @@ struct cfront_oci {
 	// the document: the shim's front drops CAP_NET_RAW from them as
 	// DropCapability does.
 	struct cfront_caps_list cap_lists[5];
+	// Where the shim's front adds its poststop hook (Spec.AddHook) for a
+	// namespace given by path: top is the document's '{'; hooks_at and
+	// hooks_end the hooks member's value (NULL when there is none),
+	// hooks_n its members; poststop_at and poststop_end a null poststop.
+	// hooks_odd: a hooks value that is neither null nor an object, a
+	// poststop that is not null, or a member of hooks that may be one
+	// (escaped, or a name that folds to it): the front leaves those to Go.
+	const char *top, *hooks_at, *hooks_end, *poststop_at, *poststop_end;
+	size_t hooks_n;
+	int hooks_odd;
 };
 
 // level is an object being read: the names seen in it, and the spec.
@@ -405,6 +415,37 @@ static inline int cfront_linux_member(struct cfront_json *j, void *ctx, const ch
 	return cfront_null(j) || cfront_array(j, cfront_ns_element, l->spec);
 }
 
+#define CFRONT_POSTSTOP "poststop"
+
+static inline int cfront_hooks_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
+	struct cfront_oci *sp = ctx;
+	sp->hooks_n++;
+	if (key && cfront_ascii(key, n) && (n != sizeof CFRONT_POSTSTOP - 1 || strncasecmp(key, CFRONT_POSTSTOP, n) != 0))
+		return cfront_value(j); // another stage's hooks
+	cfront_ws(&j->r);
+	const char *at = j->r.p;
+	// runc reads the stages' names without regard to case (a struct),
+	// the shim as they are (a map); a second poststop wins in the shim.
+	if (!key || n != sizeof CFRONT_POSTSTOP - 1 || memcmp(key, CFRONT_POSTSTOP, n) != 0 || sp->poststop_at || !cfront_null(j)) {
+		sp->hooks_odd = 1;
+		return cfront_null(j) || cfront_value(j);
+	}
+	sp->poststop_at = at, sp->poststop_end = j->r.p;
+	return 1;
+}
+
+static inline int cfront_hooks(struct cfront_json *j, struct cfront_oci *sp) {
+	cfront_ws(&j->r);
+	sp->hooks_at = j->r.p;
+	int ok = cfront_null(j);
+	if (!ok && j->r.p < j->r.end && *j->r.p == '{')
+		ok = cfront_object(j, cfront_hooks_member, sp);
+	else if (!ok)
+		ok = (sp->hooks_odd = 1) && cfront_value(j);
+	sp->hooks_end = j->r.p;
+	return ok;
+}
+
 static inline int cfront_spec_member(struct cfront_json *j, void *ctx, const char *key, size_t n) {
 	struct cfront_level *l = ctx, inner = {0, l->spec};
 	const char *s;
@@ -423,6 +464,8 @@ static inline int cfront_spec_member(struct cfront_json *j, void *ctx, const cha
 		return cfront_object(j, cfront_process_member, &inner);
 	case 3:
 		return cfront_null(j) || cfront_object(j, cfront_linux_member, &inner);
+	case 4:
+		return cfront_hooks(j, l->spec);
 	}
 	return 0;
 }
@@ -433,6 +476,8 @@ static inline int cfront_read_spec(const char *buf, size_t len, struct cfront_oc
 	struct cfront_json j = {{buf, buf + len}, 0};
 	struct cfront_level top = {0, sp};
 	*sp = (struct cfront_oci){0};
+	cfront_ws(&j.r);
+	sp->top = j.r.p;
 	if (!cfront_object(&j, cfront_spec_member, &top))
 		return 0;
 	cfront_ws(&j.r);

@@ -1,11 +1,14 @@
 // The isolated create in C: what the Go shim does for a create of a
 // container whose namespace it does not make (create.go, modeAfterCreate),
-// for the containers with a network namespace of their own.
+// for the containers with a network namespace of their own or given by path.
 //
 // Docker and containerd create most isolated containers with a network
-// namespace of their own. For such a spec the Go shim writes at most one
-// change into config.json (CAP_NET_RAW dropped; `sforge run` has Docker
-// leave it out already); the rest is its isolation: run `runc create`,
+// namespace of their own; `--network container:X` and `ctr run --with-ns`
+// name one by path. For such a spec the Go shim writes at most two changes
+// into config.json (CAP_NET_RAW dropped, where `sforge run` has not had
+// Docker leave it out already; and for a namespace by path, which outlives
+// the container, the poststop hook that removes the rules); the rest is its
+// isolation: run `runc create`,
 // then install the rules in the namespace of the container's init process,
 // which waits for `runc start` and has run nothing of the user's. This file
 // does that before the Go runtime starts, with the C engine
@@ -45,6 +48,11 @@
 
 extern char **environ;
 
+// The shim's names (shim/config.go) for the hook entry it adds.
+#define HOOK_PROCS_ENV "GOMAXPROCS=1"
+#define HOOK_LOG_ENV "SFORGE_HOOK_LOG"
+#define DEFAULT_HOOK_TIMEOUT 10
+
 // Set once runc has created the container and the front leaves the rest to
 // the Go shim (front.Created).
 int sforge_front_created;
@@ -59,57 +67,176 @@ static int runc_id(const char *s) {
 	return 1;
 }
 
-// drop_net_raw is Spec.DropCapability("CAP_NET_RAW") on the document: the
-// capability lists that hold it are written anew without it (the kept
-// elements joined by ",", a null one as "", which is what it decodes to
-// and what Go writes back), every other byte as it is. encoding/json reads
-// the result to what it reads the Go shim's rewrite to. It returns the new
-// document (the caller frees it), NULL when a list is longer than the
-// reader kept or there is no memory.
-static char *drop_net_raw(const char *spec, size_t len, const struct cfront_oci *sp, size_t *n) {
-	const struct cfront_caps_list *lists[5];
-	int k = 0;
-	for (int i = 0; i < 5; i++) {
-		const struct cfront_caps_list *l = &sp->cap_lists[i];
-		if (!l->raw)
-			continue;
-		if (l->n > CFRONT_MAX_CAPS)
+// An edit of config.json: the bytes from at to end replaced by a
+// capability list without CAP_NET_RAW (caps), or by text.
+struct edit {
+	const char *at, *end;
+	const struct cfront_caps_list *caps;
+	const char *text;
+	size_t text_n;
+};
+
+// edit_spec applies the edits, which do not overlap, to the document; every
+// other byte stays as it is. A capability list is written anew without
+// CAP_NET_RAW (Spec.DropCapability: the kept elements joined by ",", a null
+// one as "", which is what it decodes to and what Go writes back). It
+// returns the new document (the caller frees it), NULL when a list is
+// longer than the reader kept or there is no memory.
+static char *edit_spec(const char *spec, size_t len, struct edit *edits, int k, size_t *n) {
+	size_t cap = len + 1;
+	for (int i = 0; i < k; i++) {
+		if (edits[i].caps && edits[i].caps->n > CFRONT_MAX_CAPS)
 			return NULL;
-		int at = k++;
-		for (; at > 0 && lists[at - 1]->at > l->at; at--) // in document order
-			lists[at] = lists[at - 1];
-		lists[at] = l;
+		cap += edits[i].text_n;
+		for (int at = i; at > 0 && edits[at - 1].at > edits[at].at; at--) { // in document order
+			struct edit e = edits[at];
+			edits[at] = edits[at - 1];
+			edits[at - 1] = e;
+		}
 	}
-	char *out = malloc(len + 1);
+	char *out = malloc(cap);
 	if (!out)
 		return NULL;
 	const char *from = spec;
 	*n = 0;
 	for (int i = 0; i < k; i++) {
-		const struct cfront_caps_list *l = lists[i];
-		memcpy(out + *n, from, (size_t)(l->at - from));
-		*n += (size_t)(l->at - from);
+		const struct edit *e = &edits[i];
+		memcpy(out + *n, from, (size_t)(e->at - from));
+		*n += (size_t)(e->at - from);
+		from = e->end;
+		if (!e->caps) {
+			memcpy(out + *n, e->text, e->text_n);
+			*n += e->text_n;
+			continue;
+		}
+		const struct cfront_caps_list *l = e->caps;
 		out[(*n)++] = '[';
 		int first = 1;
-		for (size_t e = 0; e < l->n; e++) {
-			if (l->elem[e].raw)
+		for (size_t x = 0; x < l->n; x++) {
+			if (l->elem[x].raw)
 				continue;
 			if (!first)
 				out[(*n)++] = ',';
 			first = 0;
-			size_t w = (size_t)(l->elem[e].end - l->elem[e].at);
-			if (w == 4 && memcmp(l->elem[e].at, "null", 4) == 0)
+			size_t w = (size_t)(l->elem[x].end - l->elem[x].at);
+			if (w == 4 && memcmp(l->elem[x].at, "null", 4) == 0)
 				memcpy(out + *n, "\"\"", w = 2);
 			else
-				memcpy(out + *n, l->elem[e].at, w);
+				memcpy(out + *n, l->elem[x].at, w);
 			*n += w;
 		}
 		out[(*n)++] = ']';
-		from = l->end;
 	}
 	memcpy(out + *n, from, (size_t)(spec + len - from));
 	*n += (size_t)(spec + len - from);
 	return out;
+}
+
+// A JSON text being built in a fixed buffer; ok drops to 0 when it does
+// not fit or a string is not one the front writes.
+struct text {
+	char buf[12288];
+	size_t n;
+	int ok;
+};
+
+static void put(struct text *t, const char *s) {
+	size_t n = strlen(s);
+	if (!t->ok || t->n + n >= sizeof t->buf) {
+		t->ok = 0;
+		return;
+	}
+	memcpy(t->buf + t->n, s, n);
+	t->n += n;
+}
+
+// put_string writes s as a JSON string: ASCII only (encoding/json writes
+// invalid UTF-8 as U+FFFD; the Go shim's to do), control characters and
+// the two that must be escaped escaped.
+static void put_string(struct text *t, const char *s) {
+	char esc[8] = {0};
+	put(t, "\"");
+	for (; *s && t->ok; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch > 0x7f) {
+			t->ok = 0;
+		} else if (ch < 0x20 || ch == '"' || ch == '\\') {
+			snprintf(esc, sizeof esc, "\\u%04x", ch);
+			put(t, esc);
+		} else {
+			put(t, (char[2]){(char)ch, 0});
+		}
+	}
+	put(t, "\"");
+}
+
+// poststop_hook writes the hook entry Shim.Isolate adds for a namespace
+// given by path: sforge-hook poststop (with the engine when one is
+// forced), one P, the hook's log setting when the shim has one, the
+// timeout.
+static void poststop_hook(struct text *t, const char *hook, const char *engine, long timeout, const char *hook_log) {
+	char num[32];
+	put(t, "{\"path\":");
+	put_string(t, hook);
+	put(t, ",\"args\":[\"" SFORGE_HOOK_NAME "\",\"poststop\"");
+	if (*engine && strcmp(engine, "auto") != 0) {
+		put(t, ",\"--engine\",");
+		put_string(t, engine);
+	}
+	put(t, "],\"env\":[\"" HOOK_PROCS_ENV "\"");
+	if (hook_log && *hook_log) {
+		// SFORGE_HOOK_LOG=<value>, as one string.
+		struct text v = {.ok = 1};
+		put(&v, HOOK_LOG_ENV "=");
+		put(&v, hook_log);
+		v.buf[v.n] = '\0';
+		t->ok &= v.ok;
+		put(t, ",");
+		put_string(t, v.buf);
+	}
+	snprintf(num, sizeof num, "],\"timeout\":%ld}", timeout > 0 ? timeout : DEFAULT_HOOK_TIMEOUT);
+	put(t, num);
+}
+
+// plan_poststop adds to edits (k of them so far) the poststop hook of a
+// namespace given by path, where Spec.AddHook puts it: a hooks member
+// made, a null one replaced, or the stage added to the object. It returns
+// the new count, -1 when the spec's hooks are not ones the front edits (a
+// poststop already listed, a hooks value Go would refuse) or the settings
+// not ones it writes: the Go shim decides those.
+static int plan_poststop(const struct cfront_oci *sp, const struct sforge_front_cfg *c, const char *hook_log,
+                         struct edit *edits, int k, struct text *t) {
+	char hook[4096];
+	struct stat st;
+	if (sp->hooks_odd || !sforge_front_hook(c, hook, sizeof hook))
+		return -1;
+	// Isolate refuses a hook that is missing or not executable.
+	if (stat(hook, &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & 0111))
+		return -1;
+	struct text h = {.ok = 1};
+	poststop_hook(&h, hook, c->engine, c->hook_timeout, hook_log);
+	h.buf[h.ok ? h.n : 0] = '\0';
+	*t = (struct text){.ok = h.ok};
+	struct edit e = {0};
+	if (sp->poststop_at) {
+		// "poststop": null
+		e.at = sp->poststop_at, e.end = sp->poststop_end;
+		put(t, "["), put(t, h.buf), put(t, "]");
+	} else if (sp->hooks_at && sp->hooks_end - sp->hooks_at == 4 && memcmp(sp->hooks_at, "null", 4) == 0) {
+		e.at = sp->hooks_at, e.end = sp->hooks_end;
+		put(t, "{\"poststop\":["), put(t, h.buf), put(t, "]}");
+	} else if (sp->hooks_at) {
+		e.at = e.end = sp->hooks_at + 1; // just inside its '{'
+		put(t, "\"poststop\":["), put(t, h.buf), put(t, sp->hooks_n ? "]," : "]");
+	} else {
+		e.at = e.end = sp->top + 1; // the document has members: the allowlist's
+		put(t, "\"hooks\":{\"poststop\":["), put(t, h.buf), put(t, "]},");
+	}
+	if (!t->ok)
+		return -1;
+	e.text = t->buf, e.text_n = t->n;
+	edits[k] = e;
+	return k + 1;
 }
 
 // write_spec is the shim's Spec.Flush (replaceFile): the document in a
@@ -142,10 +269,12 @@ static int write_spec(const char *bundle, const char *data, size_t n) {
 	return ok;
 }
 
-int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const char *engine,
-                             const char *listen_fds, struct sforge_front_plan *p) {
+int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const struct sforge_front_cfg *c,
+                             const char *listen_fds, const char *hook_log, struct sforge_front_plan *p) {
 	struct sforge_front_create_args a;
 	struct cfront_oci sp;
+	struct text hook_text; // until edit_spec has copied it
+	const char *engine = c->engine;
 	memset(p, 0, sizeof *p);
 	// socket activation keeps runc's pid: the Go shim adds the hook.
 	if (listen_fds && *listen_fds)
@@ -159,17 +288,37 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 	// The spec as the Go shim reads it (decide, Isolate, refuse): an
 	// allowlist, nothing else of sforge's, capabilities listed and none
 	// it would refuse (CAP_NET_RAW it drops, below), a network namespace
-	// of its own (no path: neither given nor the host's) outside a user
-	// namespace.
+	// outside a user namespace: of its own, or given by a path that is
+	// not the host's namespace.
 	if (!cfront_read_spec(spec, len, &sp) || sp.unsure || sp.other || !(sp.ann || sp.env))
 		return 0;
-	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.path_n || sp.user)
+	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.user || sp.path_n >= sizeof p->netns)
 		return 0;
+	memcpy(p->netns, sp.path, sp.path_n);
+	p->netns[sp.path_n] = '\0';
+	if (sp.path_n) {
+		// refuse: the host's namespace (init's, or the front's: it has one
+		// thread) by another name. A path that cannot be read is runc's
+		// to report, as it is for the shim.
+		struct stat st;
+		if (stat(p->netns, &st) == 0 && (cfront_same_file(&st, "/proc/1/ns/net") != 0 || cfront_same_file(&st, "/proc/self/ns/net") != 0))
+			return 0;
+	}
 	if (!(sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &p->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &p->allow)))
 		return 0; // Go refuses, with the decoder's message
 	if (!cfront_kernel_nft() || !cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
 		return 0;
-	if (sp.net_raw && !(p->edited = drop_net_raw(spec, len, &sp, &p->edited_n)))
+	// The spec as the Go shim writes it: CAP_NET_RAW dropped, and for a
+	// namespace by path the poststop hook that removes the rules when the
+	// container is deleted (a namespace of its own takes them with it).
+	struct edit edits[6];
+	int k = 0;
+	for (int i = 0; i < 5 && sp.net_raw; i++)
+		if (sp.cap_lists[i].raw)
+			edits[k++] = (struct edit){sp.cap_lists[i].at, sp.cap_lists[i].end, &sp.cap_lists[i], NULL, 0};
+	if (sp.path_n && (k = plan_poststop(&sp, c, hook_log, edits, k, &hook_text)) < 0)
+		return 0;
+	if (k && !(p->edited = edit_spec(spec, len, edits, k, &p->edited_n)))
 		return 0; // a list too long to keep, or no memory
 	p->value_off = (size_t)((sp.ann ? sp.ann_v : sp.env_v) - spec);
 	p->value_n = sp.ann ? sp.ann_n : sp.env_n;
@@ -351,6 +500,12 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	long long queued0 = cfront_run_delay(sched);
 	long pid = read_pid(p->pid_file);
 	int fd = pid ? open_netns(pid) : -1;
+	// install: the namespace the spec names, if it names one.
+	struct stat st;
+	if (fd >= 0 && *p->netns && (fstat(fd, &st) != 0 || cfront_same_file(&st, p->netns) != 1)) {
+		close(fd);
+		fd = -1;
+	}
 	if (fd < 0 || host_netns(fd)) {
 		if (fd >= 0)
 			close(fd);

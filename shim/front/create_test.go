@@ -47,7 +47,24 @@ var planCases = []struct {
 	{"SYS_ADMIN", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"permitted":["sys_admin"]}},` + planLinux + `}`, false},
 	{"no capabilities", `{"annotations":{"sforge.io/egress":"v1"},"process":{},` + planLinux + `}`, false},
 	{"no process", `{"annotations":{"sforge.io/egress":"v1"},` + planLinux + `}`, false},
-	{"namespace by path", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"}]}}`, false},
+	// A namespace by path (--network container:X, ctr --with-ns): the
+	// poststop hook added where Spec.AddHook puts it.
+	{"namespace by path", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,` + planByPath + `}`, true},
+	{"by path, NET_RAW", ` {"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443"},"process":{"capabilities":{"bounding":["CAP_NET_RAW","CAP_KILL"]}},` + planByPath + `} `, true},
+	{"by path, hooks null", `{"hooks":null,"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,` + planByPath + `}`, true},
+	{"by path, hooks empty", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,` + planByPath + `,"hooks": { } }`, true},
+	{"by path, other stages", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"prestart":[{"path":"/x"}],"createRuntime":null},` + planProcess + `,` + planByPath + `}`, true},
+	{"by path, poststop null", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"prestart":[],"poststop" : null},` + planProcess + `,` + planByPath + `}`, true},
+	{"by path, escaped stage", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"pre\u0073tart":[]},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, poststop listed", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"poststop":[{"path":"/x"}]},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, poststop empty", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"poststop":[]},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, poststop folded", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"postStop":null},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, poststop twice", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{"poststop":null,"poststop":null},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, hooks a list", `{"annotations":{"sforge.io/egress":"v1"},"hooks":[],` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, hooks folded", `{"annotations":{"sforge.io/egress":"v1"},"Hooks":{},` + planProcess + `,` + planByPath + `}`, false},
+	{"by path, hooks twice", `{"annotations":{"sforge.io/egress":"v1"},"hooks":{},"hooks":{},` + planProcess + `,` + planByPath + `}`, false},
+	// The host's by another name (init's is not readable everywhere).
+	{"by path, the runtime's", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"network","path":"/proc/self/ns/net"}]}}`, false},
 	{"host network", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"pid"}]}}`, false},
 	{"user namespace", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"user"},{"type":"network"}]}}`, false},
 	{"made namespace recorded", `{"annotations":{"sforge.io/egress":"v1","sforge.io/preisolated-netns":"/proc/1/fd/3"},` + planProcess + `,` + planLinux + `}`, false},
@@ -69,12 +86,13 @@ const (
 	planCaps    = `"capabilities":{"bounding":["CAP_CHOWN","CAP_KILL"],"effective":["CAP_CHOWN"]}`
 	planProcess = `"process":{"env":["PATH=/bin"],` + planCaps + `}`
 	planLinux   = `"linux":{"namespaces":[{"type":"pid"},{"type":"network"}]}`
+	planByPath  = `"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]}`
 )
 
 func TestPlanCreate(t *testing.T) {
 	for _, c := range planCases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := checkPlanAgrees(t, []byte(c.spec), planArgs, engines.Auto, ""); got != c.want {
+			if got := checkPlanAgrees(t, []byte(c.spec), planArgs, defaultPlanEnv(t)); got != c.want {
 				t.Fatalf("the front creates: %v, want %v", got, c.want)
 			}
 		})
@@ -110,7 +128,9 @@ func TestPlanCreateArgs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := checkPlanAgrees(t, spec, c.args, c.engine, c.listenF); got != c.want {
+			e := defaultPlanEnv(t)
+			e.engine, e.listenFDs = c.engine, c.listenF
+			if got := checkPlanAgrees(t, spec, c.args, e); got != c.want {
 				t.Fatalf("the front creates: %v, want %v", got, c.want)
 			}
 		})
@@ -129,11 +149,11 @@ func TestPlanCreateEngineSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = bytes.Replace(b, []byte(`"env": [`), []byte(`"env": ["SFORGE_EGRESS=v1;tcp:10.1.2.3:443",`), 1)
-	if !checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
+	if !checkPlanAgrees(t, b, planArgs, defaultPlanEnv(t)) {
 		t.Error("Docker's spec with CAP_NET_RAW: the front leaves it to Go, want it to create")
 	}
 	b = regexp.MustCompile(`"CAP_NET_RAW",\s*`).ReplaceAll(b, nil)
-	if !checkPlanAgrees(t, b, planArgs, engines.Auto, "") {
+	if !checkPlanAgrees(t, b, planArgs, defaultPlanEnv(t)) {
 		t.Error("Docker's spec without CAP_NET_RAW: the front leaves it to Go, want it to create")
 	}
 }
@@ -186,7 +206,7 @@ func (r *recordingEngine) Check(engine.Target, policy.Allowlist) error { return 
 // config.json as it was and install the allowlist the front found, from
 // the same place, in a container of the same id. It reports whether the
 // front creates.
-func checkPlanAgrees(t *testing.T, spec []byte, after []string, engineName, listenFDs string) bool {
+func checkPlanAgrees(t *testing.T, spec []byte, after []string, e planEnv) bool {
 	t.Helper()
 	bundle := t.TempDir()
 	config := filepath.Join(bundle, "config.json")
@@ -202,24 +222,42 @@ func checkPlanAgrees(t *testing.T, spec []byte, after []string, engineName, list
 			args[i] += filepath.Join(bundle, "init.pid")
 		}
 	}
-	p, ok := planCreate(args, spec, engineName, listenFDs)
+	p, ok := planCreate(args, spec, e)
 	if !ok {
 		return false
 	}
+	hook, ok := hookPath(e.hook)
+	if !ok {
+		t.Fatalf("the front plans with hook %q, and cannot say which", e.hook)
+	}
 	rt, rec := &fakeRuntime{t: t}, &recordingEngine{}
-	s := &shim.Shim{Runtime: rt, Engine: rec, EngineName: engineName, NoMadeNetNS: true, HostNetNS: []string{},
-		Hook: "/nonexistent/sforge-hook", Getwd: func() (string, error) { return bundle, nil },
+	s := &shim.Shim{Runtime: rt, Engine: rec, EngineName: e.engine, NoMadeNetNS: true, HostNetNS: []string{},
+		Hook: hook, HookTimeout: e.hookTimeout, Getwd: func() (string, error) { return bundle, nil },
 		Getenv: func(k string) string {
-			if k == "LISTEN_FDS" {
-				return listenFDs
+			switch k {
+			case "LISTEN_FDS":
+				return e.listenFDs
+			case shim.HookLogEnv:
+				return e.hookLog
 			}
 			return ""
 		}}
 	goArgs := append([]string{"create"}, args...)
-	if err := s.Run(goArgs); err != nil {
-		t.Fatalf("the front creates %q, the Go shim refuses: %v", spec, err)
+	err := s.Run(goArgs)
+	// The fake runtime's process is this one, in no namespace a spec
+	// names (the front would refuse this one's, as the host's): the Go
+	// shim checks that after create and refuses, which is the front's
+	// hand-over too. Up to there the two must agree.
+	wrongNS := fmt.Sprintf("its process is not in the network namespace its spec names (%s)", p.netns)
+	switch {
+	case p.netns == "" && err != nil, p.netns != "" && (err == nil || !strings.Contains(err.Error(), wrongNS)):
+		t.Fatalf("the front creates %q, the Go shim: %v", spec, err)
 	}
-	if len(rt.runs) != 1 || !slices.Equal(rt.runs[0], goArgs) {
+	runs := 1
+	if p.netns != "" {
+		runs = 2 // and runc delete --force, after the refusal
+	}
+	if len(rt.runs) != runs || !slices.Equal(rt.runs[0], goArgs) {
 		t.Fatalf("the front runs runc create with %q, the Go shim ran %q", goArgs, rt.runs)
 	}
 	written, err := os.ReadFile(config)
@@ -239,16 +277,35 @@ func checkPlanAgrees(t *testing.T, spec []byte, after []string, engineName, list
 		if err := json.Unmarshal(written, &g); err != nil || !reflect.DeepEqual(c, g) {
 			t.Fatalf("%q: the front would write %q, the Go shim wrote %q (%v)", spec, p.edited, written, err)
 		}
-		if bytes.Contains(p.edited, []byte(`"CAP_NET_RAW"`)) {
+		if keepsNetRaw(t, p.edited) {
 			t.Fatalf("the front would keep CAP_NET_RAW: %q", p.edited)
 		}
+	}
+	want, err := policy.Decode(string(p.value))
+	if err != nil || len(want.Endpoints) != p.endpoints || len(want.DNS) != p.dns {
+		t.Fatalf("%q: the front installs %q (%d endpoints, %d resolvers): %v", spec, p.value, p.endpoints, p.dns, err)
+	}
+	if p.netns != "" {
+		// What the Go shim would have installed: the allowlist its
+		// decision reads from the spec.
+		gs, err := shim.ParseSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _, err := policy.Lookup(gs.Annotations(), gs.Env())
+		if got, err2 := policy.Decode(v); err != nil || err2 != nil || !want.Equal(got) {
+			t.Fatalf("%q: the front installs %q, the Go shim %q (%v, %v)", spec, p.value, v, err, err2)
+		}
+		if table, err := policy.ChainName(p.id); err != nil || p.table != table || !slices.Contains(goArgs, p.id) {
+			t.Fatalf("the front installs table %q for %q (%v)", p.table, p.id, err)
+		}
+		return true
 	}
 	if len(rec.installs) != 1 {
 		t.Fatalf("the front installs for %q, the Go shim installed %d times", spec, len(rec.installs))
 	}
-	want, err := policy.Decode(string(p.value))
-	if err != nil || !want.Equal(rec.installs[0]) || len(want.Endpoints) != p.endpoints || len(want.DNS) != p.dns {
-		t.Fatalf("%q: the front installs %q (%d endpoints, %d resolvers), the Go shim %+v (%v)", spec, p.value, p.endpoints, p.dns, rec.installs[0], err)
+	if !want.Equal(rec.installs[0]) {
+		t.Fatalf("%q: the front installs %q, the Go shim %+v", spec, p.value, rec.installs[0])
 	}
 	if table, err := policy.ChainName(rec.targets[0].ID); err != nil || p.table != table || p.id != rec.targets[0].ID {
 		t.Fatalf("the front installs table %q for %q, the Go shim for %q (%v)", p.table, p.id, rec.targets[0].ID, err)
@@ -256,9 +313,115 @@ func checkPlanAgrees(t *testing.T, spec []byte, after []string, engineName, list
 	return true
 }
 
+// keepsNetRaw reports whether a capability set of the process in doc
+// still holds CAP_NET_RAW, in any spelling the shim reads as it (a member
+// of capabilities that is not a set is not the shim's to change).
+func keepsNetRaw(t *testing.T, doc []byte) bool {
+	var d struct {
+		Process struct {
+			Capabilities map[string]json.RawMessage `json:"capabilities"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatalf("%q: %v", doc, err)
+	}
+	for _, set := range []string{"bounding", "effective", "inheritable", "permitted", "ambient"} {
+		var caps []string
+		if err := json.Unmarshal(d.Process.Capabilities[set], &caps); err != nil && d.Process.Capabilities[set] != nil {
+			t.Fatalf("%q: capabilities.%s: %v", doc, set, err)
+		}
+		for _, c := range caps {
+			if strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(c)), "CAP_") == "NET_RAW" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// defaultPlanEnv: engine auto, a hook that exists, no hook log.
+func defaultPlanEnv(t *testing.T) planEnv {
+	return planEnv{engine: engines.Auto, hook: executable(t)}
+}
+
+// executable makes an executable file to stand for sforge-hook, which
+// the shim must find before it names it in a spec.
+func executable(tb testing.TB) string {
+	p := filepath.Join(tb.TempDir(), "sforge-hook")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 func FuzzPlanCreate(f *testing.F) {
 	for _, c := range planCases {
 		f.Add([]byte(c.spec))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) { checkPlanAgrees(t, b, planArgs, engines.Auto, "") })
+	f.Fuzz(func(t *testing.T, b []byte) { checkPlanAgrees(t, b, planArgs, defaultPlanEnv(t)) })
+}
+
+// TestPlanCreateByPathSettings: the hook entry the front writes for a
+// namespace by path follows the settings as the Go shim's does (a forced
+// engine, the hook's log, the timeout); a hook the shim would refuse, or
+// a setting the front does not write, leaves the create to Go.
+func TestPlanCreateByPathSettings(t *testing.T) {
+	spec := []byte(`{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:443"},` + planProcess + `,` + planByPath + `}`)
+	hook := executable(t)
+	notExec := filepath.Join(t.TempDir(), "sforge-hook")
+	if err := os.WriteFile(notExec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		e    planEnv
+		want bool
+	}{
+		{"engine forced", planEnv{engine: engines.NFTables, hook: hook}, true},
+		{"engine unset", planEnv{hook: hook}, true},
+		{"timeout", planEnv{engine: engines.Auto, hook: hook, hookTimeout: 15}, true},
+		{"timeout negative", planEnv{engine: engines.Auto, hook: hook, hookTimeout: -3}, true},
+		{"hook log", planEnv{engine: engines.Auto, hook: hook, hookLog: "/var/log/a \"b\"\\\n\t\x7f"}, true},
+		{"hook log not ASCII", planEnv{engine: engines.Auto, hook: hook, hookLog: "/var/log/é"}, false},
+		{"hook not executable", planEnv{engine: engines.Auto, hook: notExec}, false},
+		{"hook missing", planEnv{engine: engines.Auto, hook: "/nonexistent/sforge-hook"}, false},
+		{"hook a directory", planEnv{engine: engines.Auto, hook: t.TempDir()}, false},
+		{"hook next to the shim (none here)", planEnv{engine: engines.Auto}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := checkPlanAgrees(t, spec, planArgs, c.e); got != c.want {
+				t.Fatalf("the front creates: %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestHookPathMatchesLoadConfig: the hook the front names in a spec is the
+// shim's: the settings file's, else the one next to the executable.
+func TestHookPathMatchesLoadConfig(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"", "/opt/sforge/bin/sforge-hook", "relative/sforge-hook"} {
+		got, ok := hookPath(file)
+		if !ok {
+			t.Fatalf("hook %q: the front cannot say which", file)
+		}
+		b, _ := json.Marshal(shim.Config{Hook: file})
+		path := filepath.Join(t.TempDir(), "runtime.json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := shim.LoadConfig(path, self, func(k string) string {
+			if k == shim.RuncEnv {
+				return "/bin/true"
+			}
+			return ""
+		})
+		if err != nil || c.Hook != got {
+			t.Fatalf("hook %q: the front names %q, the shim %q (%v)", file, got, c.Hook, err)
+		}
+	}
 }

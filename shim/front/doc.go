@@ -5,12 +5,13 @@
 // container (start, delete, kill, state, ...) and for a create or run whose
 // config.json mentions nothing of sforge's (front.c).
 //
-// And it does the isolated create of the commonest isolated container, one
-// with a network namespace of its own (Docker's and containerd's default),
-// the way the Go shim does it for a namespace given by path (create.go,
-// modeAfterCreate): CAP_NET_RAW dropped from config.json, `runc create` as
-// its child, then the rules in the created container's namespace before it
-// returns. The front does that with the C nftables engine
+// And it does the isolated create of a container with a network namespace
+// of its own (Docker's and containerd's default) or given by path (docker
+// --network container:X), the way the Go shim does it when it does not make
+// the namespace (create.go, modeAfterCreate): CAP_NET_RAW dropped from
+// config.json (and, for a namespace by path, the poststop hook that removes
+// the rules added to it), `runc create` as its child, then the rules in the
+// created container's namespace before it returns. The front does that with the C nftables engine
 // (internal/cfront/nft.h) and exits 0 once the kernel's echo of the rules
 // is checked (create.c). Before runc runs, anything it is not sure of goes to the Go
 // shim; after, a container it could not isolate is handed to the Go shim

@@ -155,8 +155,7 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 			if (!read_string(&r, key, sizeof key) || !cfront_take(&r, ':'))
 				return 0;
 			if (strcmp(key, "hookTimeout") == 0) {
-				long timeout;
-				if (!cfront_int(&r, &timeout))
+				if (!cfront_int(&r, &c->hook_timeout))
 					return 0;
 				continue;
 			}
@@ -170,7 +169,9 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 				strcpy(c->engine, value);
 			} else if (strcmp(key, "log") == 0) {
 				strcpy(c->log, value);
-			} else if (strcmp(key, "hook") != 0) {
+			} else if (strcmp(key, "hook") == 0) {
+				strcpy(c->hook, value);
+			} else {
 				return 0;
 			}
 		} while (cfront_take(&r, ','));
@@ -265,6 +266,30 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 	return !(rt.st_dev == self.st_dev && rt.st_ino == self.st_ino);
 }
 
+int sforge_front_hook(const struct sforge_front_cfg *c, char *out, size_t cap) {
+	if (*c->hook) {
+		if (strlen(c->hook) >= cap)
+			return 0;
+		strcpy(out, c->hook);
+		return 1;
+	}
+	// LoadConfig: filepath.Join(filepath.Dir(os.Executable()), HookName).
+	// os.Executable reads the same link; a " (deleted)" one is Go's.
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0 || self[0] != '/')
+		return 0;
+	self[n] = '\0';
+	if (strstr(self, " (deleted)") || !cfront_clean_abs(self, (size_t)n))
+		return 0;
+	size_t dir = (size_t)(strrchr(self, '/') - self) + 1; // keeps the "/" of "/x"
+	if (dir + sizeof SFORGE_HOOK_NAME > cap)
+		return 0;
+	memcpy(out, self, dir);
+	strcpy(out + dir, SFORGE_HOOK_NAME);
+	return 1;
+}
+
 extern char **environ;
 
 void sforge_front_runc_log(char **argv, int cmd, const char **log, const char **format) {
@@ -324,7 +349,7 @@ __attribute__((constructor)) static void sforge_front(void) {
 	}
 	static struct sforge_front_plan p;
 	int mine = strcmp(argv[i], "create") == 0 &&
-	           sforge_front_plan_create(argc - i - 1, argv + i + 1, spec, len, c.engine, getenv("LISTEN_FDS"), &p);
+	           sforge_front_plan_create(argc - i - 1, argv + i + 1, spec, len, &c, getenv("LISTEN_FDS"), getenv("SFORGE_HOOK_LOG"), &p);
 	free(spec);
 	if (!mine)
 		return;

@@ -5,11 +5,17 @@
 
 #include "allow.h"
 
+// The hook binary the shim adds to specs, looked for next to the shim
+// (shim.HookName).
+#define SFORGE_HOOK_NAME "sforge-hook"
+
 // What the front reads from the settings file and the environment.
 struct sforge_front_cfg {
 	char runtime[4096];
 	char engine[16]; // $SFORGE_ENGINE, else the file's ("" for auto)
 	char log[4096];  // the shim's own log, "" for none
+	char hook[4096]; // the file's sforge-hook, "" for the default (sforge_front_hook)
+	long hook_timeout; // the file's hookTimeout (0 when absent)
 };
 
 // The arguments of create/run the front reads (shim.ParseArgs).
@@ -37,6 +43,10 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 // sforge_front_runtime fills c from the settings and the environment; 0
 // means the Go shim must decide.
 int sforge_front_runtime(struct sforge_front_cfg *c);
+// sforge_front_hook writes the sforge-hook the shim adds to specs into
+// out (Config.Hook: the file's, else the one next to the shim's own
+// executable); 0 means the Go shim must find it.
+int sforge_front_hook(const struct sforge_front_cfg *c, char *out, size_t cap);
 // sforge_front_runc_log reads runc's --log and --log-format (NULL when
 // absent) from its global flags, argv[1] up to the subcommand at cmd, as
 // ParseArgs does; the command line is one sforge_front_command accepted.
@@ -51,8 +61,12 @@ struct sforge_front_plan {
 	char table[64]; // policy.ChainName(id)
 	const char *pid_file;
 	const char *bundle; // "" for the working directory
-	// The spec without CAP_NET_RAW, to write before runc create (malloc'd;
-	// NULL when the spec holds none).
+	// The network namespace the spec names by path, "" for one of the
+	// container's own.
+	char netns[4096];
+	// The spec as the shim writes it before runc create: without
+	// CAP_NET_RAW, with the poststop hook for a namespace by path
+	// (malloc'd; NULL when it needs no change).
 	char *edited;
 	size_t edited_n;
 	// Where the allowlist is in the spec (policy.Lookup's choice), for
@@ -63,10 +77,12 @@ struct sforge_front_plan {
 
 // sforge_front_plan_create decides whether the front does an isolated
 // create itself: args are the arguments after "create", spec the bundle's
-// config.json, engine the effective engine name, listen_fds $LISTEN_FDS.
-// 1 fills p; 0 leaves the create to the Go shim.
-int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const char *engine,
-                             const char *listen_fds, struct sforge_front_plan *p);
+// config.json, c the settings (the effective engine; the hook and its
+// timeout for a namespace by path), listen_fds $LISTEN_FDS, hook_log
+// $SFORGE_HOOK_LOG (passed on to the hook). 1 fills p; 0 leaves the create
+// to the Go shim.
+int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const struct sforge_front_cfg *c,
+                             const char *listen_fds, const char *hook_log, struct sforge_front_plan *p);
 // sforge_front_isolated_create runs runc create (argv is the whole
 // command line, argv[cmd] "create") and installs p: it exits, or returns
 // when the Go shim is to go on (sforge_front_created tells whether runc

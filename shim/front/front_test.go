@@ -217,9 +217,9 @@ var configCases = []struct {
 
 func TestConfig(t *testing.T) {
 	for _, c := range configCases {
-		rt, engine, ok := config([]byte(c.in))
-		if ok != c.ok || rt != c.runtime || engine != c.engine {
-			t.Errorf("config(%q) = %q, %q, %v; want %q, %q, %v", c.in, rt, engine, ok, c.runtime, c.engine, c.ok)
+		got, ok := config([]byte(c.in))
+		if ok != c.ok || got.runtime != c.runtime || got.engine != c.engine {
+			t.Errorf("config(%q) = %+v, %v; want %q, %q, %v", c.in, got, ok, c.runtime, c.engine, c.ok)
 		}
 		checkConfigAgrees(t, []byte(c.in))
 	}
@@ -232,8 +232,8 @@ func TestConfigReadsInstallFormat(t *testing.T) {
 	compact, _ := json.Marshal(c)
 	indented, _ := json.MarshalIndent(c, "", "  ")
 	for _, b := range [][]byte{compact, append(indented, '\n')} {
-		if rt, engine, ok := config(b); !ok || rt != c.Runtime || engine != c.Engine {
-			t.Errorf("config(%s) = %q, %q, %v", b, rt, engine, ok)
+		if got, ok := config(b); !ok || got != (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout}) {
+			t.Errorf("config(%s) = %+v, %v", b, got, ok)
 		}
 	}
 }
@@ -241,7 +241,7 @@ func TestConfigReadsInstallFormat(t *testing.T) {
 // checkConfigAgrees: what the front reads, the shim reads the same way.
 func checkConfigAgrees(t *testing.T, b []byte) {
 	t.Helper()
-	rt, engine, ok := config(b)
+	got, ok := config(b)
 	if !ok {
 		return
 	}
@@ -251,8 +251,8 @@ func checkConfigAgrees(t *testing.T, b []byte) {
 	if err := dec.Decode(&c); err != nil {
 		t.Fatalf("the front reads %q, the shim rejects it: %v", b, err)
 	}
-	if c.Runtime != rt || c.Engine != engine {
-		t.Fatalf("%q: the front reads runtime %q engine %q, the shim %q %q", b, rt, engine, c.Runtime, c.Engine)
+	if want := (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout}); got != want {
+		t.Fatalf("%q: the front reads %+v, the shim %+v", b, got, want)
 	}
 }
 

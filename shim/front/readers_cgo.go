@@ -52,15 +52,39 @@ func mentions(b []byte) bool {
 	return C.sforge_front_mentions((*C.char)(buf), C.size_t(len(b))) != 0
 }
 
+// settings are what the C settings reader keeps of the file.
+type settings struct {
+	runtime, engine, hook string
+	hookTimeout           int
+}
+
 // config runs the C settings reader; ok false means "not sure".
-func config(b []byte) (runtime, engine string, ok bool) {
+func config(b []byte) (s settings, ok bool) {
 	var c C.struct_sforge_front_cfg
 	buf := C.CBytes(b)
 	defer C.free(buf)
 	if C.sforge_front_config((*C.char)(buf), C.size_t(len(b)), &c) == 0 {
-		return "", "", false
+		return settings{}, false
 	}
-	return C.GoString(&c.runtime[0]), C.GoString(&c.engine[0]), true
+	return settings{C.GoString(&c.runtime[0]), C.GoString(&c.engine[0]), C.GoString(&c.hook[0]), int(c.hook_timeout)}, true
+}
+
+// hookPath runs the front's choice of the hook it adds to specs (the
+// file's, else the one next to this executable); ok false leaves it to Go.
+func hookPath(fromFile string) (string, bool) {
+	var c C.struct_sforge_front_cfg
+	if len(fromFile) >= len(c.hook) {
+		return "", false
+	}
+	for i := range len(fromFile) {
+		c.hook[i] = C.char(fromFile[i])
+	}
+	out := (*C.char)(C.malloc(4096))
+	defer C.free(unsafe.Pointer(out))
+	if C.sforge_front_hook(&c, out, 4096) == 0 {
+		return "", false
+	}
+	return C.GoString(out), true
 }
 
 // resolve runs the front's whole settings decision (file, environment,
@@ -93,24 +117,46 @@ func list(which int) []string {
 // planned is the front's plan for an isolated create.
 type planned struct {
 	id, table, pidFile string
+	netns              string // the namespace the spec names, "" for its own
 	value              []byte // the allowlist as written in the spec
 	endpoints, dns     int
 	edited             []byte // the spec to write before runc create, nil for none
 }
 
+// planEnv is what the front's create decision reads besides the command
+// line and config.json: the effective engine, the settings file's hook and
+// hookTimeout, $LISTEN_FDS and $SFORGE_HOOK_LOG.
+type planEnv struct {
+	engine, hook       string
+	hookTimeout        int
+	listenFDs, hookLog string
+}
+
 // planCreate runs the front's create decision on the arguments after
 // "create" and a config.json; ok false leaves the create to the Go shim.
-func planCreate(args []string, spec []byte, engine, listenFDs string) (p planned, ok bool) {
+func planCreate(args []string, spec []byte, e planEnv) (p planned, ok bool) {
 	cargs, free := cStrings(args)
 	defer free()
 	buf := C.CBytes(spec)
 	defer C.free(buf)
-	ceng, clisten := C.CString(engine), C.CString(listenFDs)
-	defer C.free(unsafe.Pointer(ceng))
+	cfg := (*C.struct_sforge_front_cfg)(C.calloc(1, C.sizeof_struct_sforge_front_cfg))
+	defer C.free(unsafe.Pointer(cfg))
+	if len(e.engine) >= len(cfg.engine) || len(e.hook) >= len(cfg.hook) {
+		return planned{}, false
+	}
+	for i := range len(e.engine) {
+		cfg.engine[i] = C.char(e.engine[i])
+	}
+	for i := range len(e.hook) {
+		cfg.hook[i] = C.char(e.hook[i])
+	}
+	cfg.hook_timeout = C.long(e.hookTimeout)
+	clisten, clog := C.CString(e.listenFDs), C.CString(e.hookLog)
 	defer C.free(unsafe.Pointer(clisten))
+	defer C.free(unsafe.Pointer(clog))
 	cp := (*C.struct_sforge_front_plan)(C.calloc(1, C.sizeof_struct_sforge_front_plan))
 	defer C.free(unsafe.Pointer(cp))
-	if C.sforge_front_plan_create(C.int(len(args)), &cargs[0], (*C.char)(buf), C.size_t(len(spec)), ceng, clisten, cp) == 0 {
+	if C.sforge_front_plan_create(C.int(len(args)), &cargs[0], (*C.char)(buf), C.size_t(len(spec)), cfg, clisten, clog, cp) == 0 {
 		return planned{}, false
 	}
 	var edited []byte
@@ -123,6 +169,7 @@ func planCreate(args []string, spec []byte, engine, listenFDs string) (p planned
 		id:        C.GoString(&cp.id[0]),
 		table:     C.GoString(&cp.table[0]),
 		pidFile:   C.GoString(cp.pid_file),
+		netns:     C.GoString(&cp.netns[0]),
 		value:     spec[cp.value_off : cp.value_off+cp.value_n],
 		endpoints: int(cp.allow.n_endpoints),
 		dns:       int(cp.allow.n_dns),
