@@ -20,8 +20,9 @@ import (
 // container is isolated like the Docker case; the shim's poststop hook
 // removes the rules from the namespace, which outlives the container, so a
 // container started there afterwards without the annotation reaches
-// everything. A container with a namespace of its own is created by
-// sforge-runtime's C front (its log says so). A malformed annotation,
+// everything. Both containers, the one in the namespace by path and one
+// with a namespace of its own, are created by sforge-runtime's C front (its
+// log says so). A malformed annotation,
 // NET_ADMIN, --privileged and --net-host each fail `ctr run` before the
 // process runs.
 func TestRuntimeContainerd(t *testing.T) {
@@ -82,8 +83,14 @@ func TestRuntimeContainerd(t *testing.T) {
 		return string(b)
 	}
 
+	// A namespace by path: the C front creates this one too, the poststop
+	// hook added to config.json as the Go shim adds it.
 	t.Run("isolated", func(t *testing.T) {
+		before := frontCreates(t, dropped)
 		out := report(t, []string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)})
+		if n := frontCreates(t, dropped); n != before+1 {
+			t.Errorf("the C front logged %d isolated creates for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
+		}
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("NET_RAW held:\n%s", out)
