@@ -201,11 +201,15 @@ func (r *recordingEngine) Check(engine.Target, policy.Allowlist) error { return 
 
 // checkPlanAgrees runs the front's create decision and, where the front
 // would create the container itself, the Go shim's create-then-install on
-// the same command line and config.json: the Go shim must accept the
-// container, run runc create once with the command line unchanged, leave
-// config.json as it was and install the allowlist the front found, from
-// the same place, in a container of the same id. It reports whether the
-// front creates.
+// the same command line, config.json and settings (e): the Go shim must
+// accept the container, run runc create once with the command line
+// unchanged, write the config.json the front would write (or leave it as
+// it was when the front would) and install the allowlist the front found,
+// from the same place, in a container of the same id. For a namespace by
+// path the stand-in runc's process is not in the named namespace, so the
+// Go shim stops there (and deletes the container): the allowlist is then
+// compared with the one its decision reads. It reports whether the front
+// creates.
 func checkPlanAgrees(t *testing.T, spec []byte, after []string, e planEnv) bool {
 	t.Helper()
 	bundle := t.TempDir()
