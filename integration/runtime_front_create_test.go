@@ -150,6 +150,48 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatalf("log line %q, want the Go shim's after the front's create", line)
 		}
 	})
+	t.Run("namespace by path moved", func(t *testing.T) {
+		// The spec names namespace A through a link that a createRuntime
+		// hook points at B once runc has joined A: after the create the
+		// path no longer names the container's namespace. The front
+		// installs in neither; the Go shim it hands the container to
+		// refuses with one line and deletes it.
+		a, other := testenv.NewNetNS(t), testenv.NewNetNS(t)
+		link := filepath.Join(t.TempDir(), "netns")
+		if err := os.Symlink(a.Path(), link); err != nil {
+			t.Fatal(err)
+		}
+		hook := filepath.Join(t.TempDir(), "move-link")
+		if err := os.WriteFile(hook, []byte(fmt.Sprintf("#!/bin/sh\nexec ln -sfn %s %s\n", other.Path(), link)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := newShimRuntime(t, engines.Auto)
+		b := testbundle.New(t, testbundle.Options{
+			NetNS: link, Annotations: map[string]string{policy.AnnotationKey: allow}, Checks: []string{"loopback", "127.0.0.1"},
+			Edit: func(sp *specs.Spec) {
+				sp.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: hook, Args: []string{"move-link"}}}}
+			},
+		})
+		const id = "front-netns-moved"
+		_, err := s.create(t, b, id)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("create: %v, want a failure\n%s", err, s.output(b, id))
+		}
+		want := "container " + id + " refused: its process is not in the network namespace its spec names (" + link + "); the container was deleted without starting"
+		out := s.output(b, id)
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(lines[0], want) {
+			t.Fatalf("create's output %q, want one line: %s", out, want)
+		}
+		if st := s.status(t, id); st != "" {
+			t.Fatalf("container %s is %s after the failed create, want deleted", id, st)
+		}
+		if b.Ran() {
+			t.Fatal("the container's process ran")
+		}
+		requireNoChains(t, a)
+		requireNoChains(t, other)
+	})
 	t.Run("runc fails", func(t *testing.T) {
 		s := newShimRuntime(t, engines.Auto)
 		b, _ := bundle(t, false, func(sp *specs.Spec) { sp.Process.Args = []string{"/no/such/program"} })

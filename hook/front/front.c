@@ -241,15 +241,6 @@ static int decode_allowlist(const struct cfront_oci *sp, struct cfront_allowlist
 	return sp->ann ? cfront_allow_decode(sp->ann_v, sp->ann_n, a) : cfront_allow_decode(sp->env_v, sp->env_n, a);
 }
 
-// host_netns is sharesNetNS for the namespace ns: 0 when it is none of
-// host's, which are all readable or closed to us; else the Go hook's.
-static int host_netns(const struct stat *ns, const char *const *host) {
-	for (; *host; host++)
-		if (cfront_same_file(ns, *host) != 0)
-			return 1;
-	return 0;
-}
-
 // decide is hook.install up to the engine, for what the front reads
 // without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
 // hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
@@ -280,7 +271,7 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	snprintf(d->netns, sizeof d->netns, "/proc/%ld/ns/net", st.pid);
 	// sharesNetNS: an error, or one of the host's namespaces.
 	struct stat nsb;
-	if (stat(d->netns, &nsb) != 0 || host_netns(&nsb, host))
+	if (stat(d->netns, &nsb) != 0 || cfront_host_ns(&nsb, host))
 		return DECIDE_GO;
 	if (!cfront_kernel_nft() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
 		return DECIDE_GO;
@@ -332,7 +323,7 @@ int sforge_hook_front_decide_remove(const char *buf, size_t len, const char *eng
 	// A namespace of the host's (or one sharesNetNS cannot compare): the
 	// Go hook returns, nothing of ours is there. An iptables engine: the
 	// Go engine's.
-	if (!ok || host_netns(&nsb, host) || !nft_engine(engine))
+	if (!ok || cfront_host_ns(&nsb, host) || !nft_engine(engine))
 		return REMOVE_GO;
 	if (!cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id || !cfront_kernel_nft() ||
 	    !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))

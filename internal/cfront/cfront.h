@@ -368,6 +368,17 @@ static inline int cfront_same_file(const struct stat *a, const char *b) {
 	return a->st_dev == sb.st_dev && a->st_ino == sb.st_ino;
 }
 
+// cfront_host_ns reports whether the namespace ns is one of host's (a
+// NULL-terminated list of paths), as sharesNetNS compares them: 1 also for
+// one that cannot be read for a reason other than permission; 0 when it is
+// none of them (those closed to us cannot be ns).
+static inline int cfront_host_ns(const struct stat *ns, const char *const *host) {
+	for (; *host; host++)
+		if (cfront_same_file(ns, *host) != 0)
+			return 1;
+	return 0;
+}
+
 // cfront_rfc3339 writes the time now as Go's time.RFC3339Nano does, in UTC
 // (utc) or in local time (time.Local: the offset, "Z" for none), into out;
 // it returns the length (0 when out is too small).

@@ -437,11 +437,15 @@ static inline int cfront_hooks_member(struct cfront_json *j, void *ctx, const ch
 static inline int cfront_hooks(struct cfront_json *j, struct cfront_oci *sp) {
 	cfront_ws(&j->r);
 	sp->hooks_at = j->r.p;
-	int ok = cfront_null(j);
-	if (!ok && j->r.p < j->r.end && *j->r.p == '{')
+	int ok;
+	if (cfront_null(j)) {
+		ok = 1;
+	} else if (j->r.p < j->r.end && *j->r.p == '{') {
 		ok = cfront_object(j, cfront_hooks_member, sp);
-	else if (!ok)
-		ok = (sp->hooks_odd = 1) && cfront_value(j);
+	} else {
+		sp->hooks_odd = 1; // Go refuses it
+		ok = cfront_value(j);
+	}
 	sp->hooks_end = j->r.p;
 	return ok;
 }

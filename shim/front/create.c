@@ -53,6 +53,10 @@ extern char **environ;
 #define HOOK_LOG_ENV "SFORGE_HOOK_LOG"
 #define DEFAULT_HOOK_TIMEOUT 10
 
+// The host's network namespaces, as the shim's hostNetNS names them
+// (init's, and the front's own: it has one thread).
+static const char *const host_namespaces[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
+
 // Set once runc has created the container and the front leaves the rest to
 // the Go shim (front.Created).
 int sforge_front_created;
@@ -150,12 +154,11 @@ static void put(struct text *t, const char *s) {
 	t->n += n;
 }
 
-// put_string writes s as a JSON string: ASCII only (encoding/json writes
-// invalid UTF-8 as U+FFFD; the Go shim's to do), control characters and
-// the two that must be escaped escaped.
-static void put_string(struct text *t, const char *s) {
-	char esc[8] = {0};
-	put(t, "\"");
+// put_chars writes s as the inside of a JSON string: ASCII only
+// (encoding/json writes invalid UTF-8 as U+FFFD; the Go shim's to do),
+// control characters and the two that must be escaped escaped.
+static void put_chars(struct text *t, const char *s) {
+	char esc[8];
 	for (; *s && t->ok; s++) {
 		unsigned char ch = (unsigned char)*s;
 		if (ch > 0x7f) {
@@ -167,6 +170,11 @@ static void put_string(struct text *t, const char *s) {
 			put(t, (char[2]){(char)ch, 0});
 		}
 	}
+}
+
+static void put_string(struct text *t, const char *s) {
+	put(t, "\"");
+	put_chars(t, s);
 	put(t, "\"");
 }
 
@@ -185,25 +193,20 @@ static void poststop_hook(struct text *t, const char *hook, const char *engine, 
 	}
 	put(t, "],\"env\":[\"" HOOK_PROCS_ENV "\"");
 	if (hook_log && *hook_log) {
-		// SFORGE_HOOK_LOG=<value>, as one string.
-		struct text v = {.ok = 1};
-		put(&v, HOOK_LOG_ENV "=");
-		put(&v, hook_log);
-		v.buf[v.n] = '\0';
-		t->ok &= v.ok;
-		put(t, ",");
-		put_string(t, v.buf);
+		put(t, ",\"" HOOK_LOG_ENV "=");
+		put_chars(t, hook_log);
+		put(t, "\"");
 	}
 	snprintf(num, sizeof num, "],\"timeout\":%ld}", timeout > 0 ? timeout : DEFAULT_HOOK_TIMEOUT);
 	put(t, num);
 }
 
 // plan_poststop adds to edits (k of them so far) the poststop hook of a
-// namespace given by path, where Spec.AddHook puts it: a hooks member
-// made, a null one replaced, or the stage added to the object. It returns
-// the new count, -1 when the spec's hooks are not ones the front edits (a
-// poststop already listed, a hooks value Go would refuse) or the settings
-// not ones it writes: the Go shim decides those.
+// namespace given by path, written into t, where Spec.AddHook puts it: a
+// hooks member made, a null one replaced, or the stage added to the
+// object. It returns the new count, -1 when the spec's hooks are not ones
+// the front edits (a poststop already listed, a hooks value Go would
+// refuse) or the settings not ones it writes: the Go shim decides those.
 static int plan_poststop(const struct cfront_oci *sp, const struct sforge_front_cfg *c, const char *hook_log,
                          struct edit *edits, int k, struct text *t) {
 	char hook[4096];
@@ -213,25 +216,25 @@ static int plan_poststop(const struct cfront_oci *sp, const struct sforge_front_
 	// Isolate refuses a hook that is missing or not executable.
 	if (stat(hook, &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & 0111))
 		return -1;
-	struct text h = {.ok = 1};
-	poststop_hook(&h, hook, c->engine, c->hook_timeout, hook_log);
-	h.buf[h.ok ? h.n : 0] = '\0';
-	*t = (struct text){.ok = h.ok};
 	struct edit e = {0};
-	if (sp->poststop_at) {
-		// "poststop": null
+	const char *head, *tail;
+	if (sp->poststop_at) { // "poststop": null
 		e.at = sp->poststop_at, e.end = sp->poststop_end;
-		put(t, "["), put(t, h.buf), put(t, "]");
+		head = "[", tail = "]";
 	} else if (sp->hooks_at && sp->hooks_end - sp->hooks_at == 4 && memcmp(sp->hooks_at, "null", 4) == 0) {
 		e.at = sp->hooks_at, e.end = sp->hooks_end;
-		put(t, "{\"poststop\":["), put(t, h.buf), put(t, "]}");
+		head = "{\"poststop\":[", tail = "]}";
 	} else if (sp->hooks_at) {
 		e.at = e.end = sp->hooks_at + 1; // just inside its '{'
-		put(t, "\"poststop\":["), put(t, h.buf), put(t, sp->hooks_n ? "]," : "]");
+		head = "\"poststop\":[", tail = sp->hooks_n ? "]," : "]";
 	} else {
 		e.at = e.end = sp->top + 1; // the document has members: the allowlist's
-		put(t, "\"hooks\":{\"poststop\":["), put(t, h.buf), put(t, "]},");
+		head = "\"hooks\":{\"poststop\":[", tail = "]},";
 	}
+	*t = (struct text){.ok = 1};
+	put(t, head);
+	poststop_hook(t, hook, c->engine, c->hook_timeout, hook_log);
+	put(t, tail);
 	if (!t->ok)
 		return -1;
 	e.text = t->buf, e.text_n = t->n;
@@ -301,7 +304,7 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		// thread) by another name. A path that cannot be read is runc's
 		// to report, as it is for the shim.
 		struct stat st;
-		if (stat(p->netns, &st) == 0 && (cfront_same_file(&st, "/proc/1/ns/net") != 0 || cfront_same_file(&st, "/proc/self/ns/net") != 0))
+		if (stat(p->netns, &st) == 0 && cfront_host_ns(&st, host_namespaces))
 			return 0;
 	}
 	if (!(sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &p->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &p->allow)))
@@ -418,20 +421,6 @@ static int open_netns(long pid) {
 	return fd;
 }
 
-// host_netns reports whether the open namespace may be the host's (init's
-// or the front's own; the front has one thread): 1 also when it cannot
-// tell.
-static int host_netns(int fd) {
-	static const char *const host[] = {"/proc/1/ns/net", "/proc/self/ns/net", NULL};
-	struct stat st;
-	if (fstat(fd, &st) != 0)
-		return 1;
-	for (const char *const *h = host; *h; h++)
-		if (cfront_same_file(&st, *h) != 0)
-			return 1;
-	return 0;
-}
-
 // log_line is the shim's Logger.write: one line as runc's logrus writes
 // it, text (time="..." level=... msg="...") or json, appended to path.
 // The message holds no character that strconv.Quote or encoding/json
@@ -500,15 +489,15 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	long long queued0 = cfront_run_delay(sched);
 	long pid = read_pid(p->pid_file);
 	int fd = pid ? open_netns(pid) : -1;
-	// install: the namespace the spec names, if it names one.
+	// install: never the host's namespace (1 also when it cannot tell),
+	// and the one the spec names, if it names one.
 	struct stat st;
-	if (fd >= 0 && *p->netns && (fstat(fd, &st) != 0 || cfront_same_file(&st, p->netns) != 1)) {
+	if (fd >= 0 && (fstat(fd, &st) != 0 || cfront_host_ns(&st, host_namespaces) ||
+	                (*p->netns && cfront_same_file(&st, p->netns) != 1))) {
 		close(fd);
 		fd = -1;
 	}
-	if (fd < 0 || host_netns(fd)) {
-		if (fd >= 0)
-			close(fd);
+	if (fd < 0) {
 		if (sched >= 0)
 			close(sched);
 		return; // Go reads the pid file again, or says why, and deletes

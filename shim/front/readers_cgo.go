@@ -73,18 +73,24 @@ func config(b []byte) (s settings, ok bool) {
 // file's, else the one next to this executable); ok false leaves it to Go.
 func hookPath(fromFile string) (string, bool) {
 	var c C.struct_sforge_front_cfg
-	if len(fromFile) >= len(c.hook) {
+	var out [4096]C.char
+	if !setChars(c.hook[:], fromFile) || C.sforge_front_hook(&c, &out[0], C.size_t(len(out))) == 0 {
 		return "", false
 	}
-	for i := range len(fromFile) {
-		c.hook[i] = C.char(fromFile[i])
+	return C.GoString(&out[0]), true
+}
+
+// setChars copies s into the C array dst, NUL-terminated; false when it
+// does not fit.
+func setChars(dst []C.char, s string) bool {
+	if len(s) >= len(dst) {
+		return false
 	}
-	out := (*C.char)(C.malloc(4096))
-	defer C.free(unsafe.Pointer(out))
-	if C.sforge_front_hook(&c, out, 4096) == 0 {
-		return "", false
+	for i := range len(s) {
+		dst[i] = C.char(s[i])
 	}
-	return C.GoString(out), true
+	dst[len(s)] = 0
+	return true
 }
 
 // resolve runs the front's whole settings decision (file, environment,
@@ -141,14 +147,8 @@ func planCreate(args []string, spec []byte, e planEnv) (p planned, ok bool) {
 	defer C.free(buf)
 	cfg := (*C.struct_sforge_front_cfg)(C.calloc(1, C.sizeof_struct_sforge_front_cfg))
 	defer C.free(unsafe.Pointer(cfg))
-	if len(e.engine) >= len(cfg.engine) || len(e.hook) >= len(cfg.hook) {
+	if !setChars(cfg.engine[:], e.engine) || !setChars(cfg.hook[:], e.hook) {
 		return planned{}, false
-	}
-	for i := range len(e.engine) {
-		cfg.engine[i] = C.char(e.engine[i])
-	}
-	for i := range len(e.hook) {
-		cfg.hook[i] = C.char(e.hook[i])
 	}
 	cfg.hook_timeout = C.long(e.hookTimeout)
 	clisten, clog := C.CString(e.listenFDs), C.CString(e.hookLog)
