@@ -8,18 +8,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
 )
@@ -30,7 +34,18 @@ type Options struct {
 	DaemonConfig map[string]any
 	// ExtraArgs are appended to dockerd's command line.
 	ExtraArgs []string
+	// UsernsRemap names an existing user (and group: "user:group")
+	// whose subordinate ids dockerd runs containers as (--userns-remap).
+	// For the daemon's life the user gets RemapBase and the 65535 ids after it
+	// in /etc/subuid and /etc/subgid (the files are restored afterwards),
+	// and the daemon's
+	// directory lets others search it, as dockerd requires of every
+	// directory above a remapped data root.
+	UsernsRemap string
 }
+
+// RemapBase is the host uid and gid of a remapped container's root.
+const RemapBase = 300000
 
 // Daemon is a running private dockerd.
 type Daemon struct {
@@ -93,6 +108,13 @@ func Start(t testing.TB, o Options) *Daemon {
 		"--userland-proxy=false",
 		"--log-level", "info",
 	}
+	if o.UsernsRemap != "" {
+		subordinateIDs(t, o.UsernsRemap)
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--userns-remap", o.UsernsRemap)
+	}
 	d.args = append(args, o.ExtraArgs...)
 	if err := d.launch(logf); err != nil {
 		t.Fatalf("failed to start dockerd: %v", err)
@@ -102,6 +124,41 @@ func Start(t testing.TB, o Options) *Daemon {
 		t.Fatalf("dockerd did not become ready: %v\n--- dockerd log (tail)\n%s", err, d.LogTail(40))
 	}
 	return d
+}
+
+// subordinateIDs gives remap's user ("user[:group]") the range
+// RemapBase..+65536 in /etc/subuid and /etc/subgid until the test ends,
+// then puts the files back as they were.
+func subordinateIDs(t testing.TB, remap string) {
+	t.Helper()
+	// dockerd looks both ranges up by the user's name.
+	user, _, _ := strings.Cut(remap, ":")
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		old, err := os.ReadFile(f)
+		existed := err == nil
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		data := slices.Clip(old)
+		if len(data) > 0 && data[len(data)-1] != '\n' {
+			data = append(data, '\n')
+		}
+		data = fmt.Appendf(data, "%s:%d:65536\n", user, RemapBase)
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			var err error
+			if existed {
+				err = os.WriteFile(f, old, 0o644)
+			} else {
+				err = os.Remove(f)
+			}
+			if err != nil {
+				t.Errorf("failed to restore %s: %v", f, err)
+			}
+		})
+	}
 }
 
 func (d *Daemon) launch(logf *os.File) error {
@@ -172,8 +229,8 @@ func (d *Daemon) waitReady(timeout time.Duration) error {
 	c.Timeout = 2 * time.Second
 	var last error
 	for time.Now().Before(deadline) {
-		if d.cmd.ProcessState != nil {
-			return fmt.Errorf("dockerd exited: %v", d.cmd.ProcessState)
+		if d.exited() {
+			return errors.New("dockerd exited")
 		}
 		resp, err := c.Get("http://docker/_ping")
 		if err == nil {
@@ -187,6 +244,14 @@ func (d *Daemon) waitReady(timeout time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("timed out after %s: %v", timeout, last)
+}
+
+// exited tells whether dockerd has exited, leaving it to be waited for
+// (WNOWAIT): a daemon that refuses its settings fails at once.
+func (d *Daemon) exited() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, d.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo != 0
 }
 
 // Docker runs the docker CLI against this daemon and returns its combined
