@@ -301,6 +301,15 @@ func BenchmarkLifecycle(b *testing.B) {
 	base = plain(g, podman, pathNS.Path(), []string{"CAP_NET_RAW"})
 	hook(g, podman, pathNS.Path(), base, engines.NFTables, 4)
 	hookBinary(pureGoHookBin, "pure-Go sforge-hook", g, podman, pathNS.Path(), base, engines.NFTables, 4)
+	g = "docker 20.10 spec, --userns-remap (a user namespace of its own)"
+	base = add(&lcContender{group: g, name: "plain runc", rt: plainRT,
+		bundle: newBundle(lifecycle.Options{Template: docker, UserNS: true})})
+	{
+		rt, log := shimRT(engines.NFTables)
+		add(&lcContender{group: g, name: "sforge-runtime, nftables, 4", base: base, rt: rt,
+			bundle: newBundle(lifecycle.Options{Template: docker, UserNS: true, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, 4)}}),
+			isoLog: log, isoKind: "shim", isolated: true})
+	}
 	g = "minimal spec (no seccomp, 2 mounts), private netns"
 	base = plain(g, "", "", nil)
 	shim(g, "", "", base, engines.NFTables, 4, false)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,15 @@ type Options struct {
 	Hooks map[string][]Hook
 	// Busybox is the busybox-static binary copied into the rootfs.
 	Busybox string
+	// UserNS gives the container a user namespace of its own whose root
+	// is host uid and gid RemappedRoot, as Docker's --userns-remap does
+	// (the rootfs is handed to that root, as Docker's remapped layers are).
+	UserNS bool
 }
+
+// RemappedRoot is the host uid and gid of a UserNS container's root: the
+// first of the subordinate range dockerd's "default" remap user gets.
+const RemappedRoot = 100000
 
 // Hook is an OCI hook entry.
 type Hook struct {
@@ -88,6 +97,14 @@ func NewBundle(dir string, o Options) (*Bundle, error) {
 	}
 	if err := adapt(spec, dir, o); err != nil {
 		return nil, err
+	}
+	if o.UserNS {
+		if err := chownTree(rootfs, RemappedRoot); err != nil {
+			return nil, err
+		}
+		if err := searchableAbove(rootfs); err != nil {
+			return nil, err
+		}
 	}
 	b := &Bundle{Dir: dir}
 	var err error
@@ -141,6 +158,16 @@ func adapt(spec map[string]any, dir string, o Options) error {
 	if o.NetNS != "" {
 		net["path"] = o.NetNS
 	}
+	if o.UserNS {
+		nss = append(nss, map[string]any{"type": "user"})
+		m := []any{map[string]any{"containerID": 0, "hostID": RemappedRoot, "size": 65536}}
+		linux["uidMappings"], linux["gidMappings"] = m, m
+		// The captured range names gids the remap does not map, which
+		// the kernel refuses in the container's namespace.
+		if sysctl, ok := linux["sysctl"].(map[string]any); ok && sysctl["net.ipv4.ping_group_range"] != nil {
+			sysctl["net.ipv4.ping_group_range"] = "0 65535"
+		}
+	}
 	linux["namespaces"] = append(nss, net)
 	delete(linux, "cgroupsPath") // runc derives one from the id
 	process, _ := spec["process"].(map[string]any)
@@ -183,6 +210,35 @@ func adapt(spec map[string]any, dir string, o Options) error {
 	delete(spec, "hooks") // engines' own hooks (Docker's libnetwork-setkey) need the engine
 	if len(o.Hooks) > 0 {
 		spec["hooks"] = o.Hooks
+	}
+	return nil
+}
+
+// chownTree gives everything under dir to uid and gid id.
+func chownTree(dir string, id int) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, id, id)
+	})
+}
+
+// searchableAbove lets every user search the directories above path (a
+// test's temporary directories are 0700), as Docker's remapped data root
+// (0701) lets its remapped root reach the layers.
+func searchableAbove(path string) error {
+	for d := filepath.Dir(path); d != "/"; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 != 0 {
+			continue
+		}
+		if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
+			return err
+		}
 	}
 	return nil
 }
