@@ -307,6 +307,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	{
 		rt, log := shimRT(engines.NFTables)
 		add(&lcContender{group: g, name: "sforge-runtime, nftables, 4", base: base, rt: rt,
+			mark:   ` front=c), CAP_NET_RAW dropped"`,
 			bundle: newBundle(lifecycle.Options{Template: docker, UserNS: true, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, 4)}}),
 			isoLog: log, isoKind: "shim", isolated: true})
 	}

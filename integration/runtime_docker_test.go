@@ -26,49 +26,13 @@ import (
 // A malformed allowlist, NET_ADMIN, --privileged and --network host each
 // fail `docker run` before the process runs.
 func TestRuntimeDocker(t *testing.T) {
-	prefix := regBinaries(t)
-	regHostGuard(t)
-	d := testdocker.Start(t, testdocker.Options{})
-	regWorld(t, d.NetNS)
-
-	env := []string{"DOCKER_HOST=" + d.Host}
-	out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix)
-	if err != nil {
-		t.Fatalf("sforge install --docker: %v\n%s", err, out)
-	}
-	if want := "reloaded dockerd (pid " + strconv.Itoa(d.PID()) + ")"; !strings.Contains(out, want) {
-		t.Fatalf("install did not reload the test dockerd (%q):\n%s", want, out)
-	}
-	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); !strings.Contains(rts, `"sforge"`) || !strings.Contains(rts, filepath.Join(prefix, "bin", "sforge-runtime")) {
-		t.Fatalf("dockerd does not list runtime sforge: %s", rts)
-	}
+	ds := newDockerSforge(t, testdocker.Options{})
+	d, prefix, env, image, checks, open, script, run := ds.d, ds.prefix, ds.env, ds.image, ds.checks, ds.open, ds.script, ds.run
 	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil || !strings.Contains(out, "nothing to change") {
 		t.Fatalf("second install: %v\n%s", err, out)
 	}
 	if out, err := regSforge(t, prefix, env, "doctor", "--docker", "--docker-config", d.ConfigFile); err != nil || !strings.Contains(out, "lists runtime sforge") {
 		t.Fatalf("sforge doctor: %v\n%s", err, out)
-	}
-
-	const image = "sforge-test/probe:1"
-	d.ImportImage(t, image, regRootfs(t, prefix))
-	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
-	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
-	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))
-	nb6 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").GlobalIPv6Address}}", "nb"))
-	if nb4 == "" || nb6 == "" {
-		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
-	}
-
-	checks, open := regRuntimeChecks(nb4, nb6)
-	// One container per mode: the probe matrix, then the capabilities,
-	// then the neighbour's name through the embedded DNS (127.0.0.11).
-	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") +
-		"; grep -E '^Cap(Eff|Bnd)' /proc/self/status; if nslookup nb >/dev/null 2>&1; then echo DNS=ok; else echo DNS=fail; fi"
-	run := func(t *testing.T, extra ...string) string {
-		t.Helper()
-		args := append([]string{"run", "--rm", "--network", "sfnet"}, extra...)
-		args = append(args, image, "/bin/sh", "-c", script)
-		return d.MustDocker(t, args...)
 	}
 
 	t.Run("isolated", func(t *testing.T) {
@@ -200,6 +164,99 @@ func TestRuntimeDocker(t *testing.T) {
 	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); strings.Contains(rts, `"sforge"`) {
 		t.Fatalf("dockerd still lists runtime sforge after uninstall: %s", rts)
 	}
+}
+
+// dockerSforge is a private dockerd with sforge registered as runtime
+// "sforge", the probe image imported, a network sfnet with a neighbour
+// (nb, serving HTTP) and the world the probes look for in dockerd's
+// namespace.
+type dockerSforge struct {
+	d            *testdocker.Daemon
+	prefix       string
+	env          []string // DOCKER_HOST for sforge's commands
+	image        string
+	checks, open map[string]bool // the probe matrix isolated, and not
+	// script runs the probe matrix, prints the capability sets and
+	// resolves the neighbour's name through Docker's embedded DNS
+	// (127.0.0.11).
+	script string
+}
+
+func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
+	t.Helper()
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	d := testdocker.Start(t, o)
+	regWorld(t, d.NetNS)
+
+	env := []string{"DOCKER_HOST=" + d.Host}
+	out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix)
+	if err != nil {
+		t.Fatalf("sforge install --docker: %v\n%s", err, out)
+	}
+	if want := "reloaded dockerd (pid " + strconv.Itoa(d.PID()) + ")"; !strings.Contains(out, want) {
+		t.Fatalf("install did not reload the test dockerd (%q):\n%s", want, out)
+	}
+	if rts := d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"); !strings.Contains(rts, `"sforge"`) || !strings.Contains(rts, filepath.Join(prefix, "bin", "sforge-runtime")) {
+		t.Fatalf("dockerd does not list runtime sforge: %s", rts)
+	}
+
+	const image = "sforge-test/probe:1"
+	d.ImportImage(t, image, regRootfs(t, prefix))
+	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
+	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
+	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))
+	nb6 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").GlobalIPv6Address}}", "nb"))
+	if nb4 == "" || nb6 == "" {
+		t.Fatalf("neighbour addresses %q %q", nb4, nb6)
+	}
+	checks, open := regRuntimeChecks(nb4, nb6)
+	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") +
+		"; grep -E '^Cap(Eff|Bnd)' /proc/self/status; if nslookup nb >/dev/null 2>&1; then echo DNS=ok; else echo DNS=fail; fi"
+	return &dockerSforge{d: d, prefix: prefix, env: env, image: image, checks: checks, open: open, script: script}
+}
+
+// run runs the script in a container on sfnet, with extra docker run
+// arguments, and returns its output.
+func (ds *dockerSforge) run(t *testing.T, extra ...string) string {
+	t.Helper()
+	args := append([]string{"run", "--rm", "--network", "sfnet"}, extra...)
+	args = append(args, ds.image, "/bin/sh", "-c", ds.script)
+	return ds.d.MustDocker(t, args...)
+}
+
+// TestRuntimeDockerUsernsRemap: a dockerd with --userns-remap runs every
+// container in a user namespace of its own, which owns the container's
+// network namespace, its root an unprivileged host uid. sforge-runtime's
+// C front creates the isolated container and installs its rules in that
+// namespace: the probe matrix holds, CAP_NET_RAW is gone, and the process
+// ran remapped.
+func TestRuntimeDockerUsernsRemap(t *testing.T) {
+	ds := newDockerSforge(t, testdocker.Options{UsernsRemap: "nobody:nogroup"})
+	// Under a remap Docker leaves net.ipv4.ping_group_range as the kernel
+	// has it (no group may open an ICMP socket): open it to the mapped
+	// groups, so that the probe's ICMP verdict is the rules'.
+	ping := "--sysctl=net.ipv4.ping_group_range=0 65535"
+	before := frontCreates(t, dropped)
+	out := ds.run(t, ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
+	if n := frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+	}
+	t.Logf("isolated container's report:\n%s", out)
+	regExpect(t, out, ds.checks)
+	if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
+		t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
+	}
+	if !strings.Contains(out, "DNS=fail") {
+		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+	}
+	// The container's root is the remap's first host uid.
+	uidMap := strings.Fields(ds.d.MustDocker(t, "run", "--rm", "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist, ds.image, "/bin/cat", "/proc/self/uid_map"))
+	if len(uidMap) != 3 || uidMap[0] != "0" || uidMap[1] != strconv.Itoa(testdocker.RemapBase) {
+		t.Fatalf("uid_map %q, want container root mapped to %d (dockerd did not remap)", uidMap, testdocker.RemapBase)
+	}
+	// Without the allowlist the same container reaches all of it.
+	regExpect(t, ds.run(t, ping, "--runtime", "sforge"), ds.open)
 }
 
 // frontCreates counts the isolated creates sforge-runtime's C front has

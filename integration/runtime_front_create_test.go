@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
@@ -67,12 +68,16 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		return b, spec
 	}
 	// isolated creates the container, checks its rules and the spec, and
-	// runs it to the end; it returns the shim's log line for it.
-	isolated := func(t *testing.T, s *shimRuntime, b *testbundle.Bundle, spec []byte, id string) string {
+	// runs it to the end; it returns the shim's log line for it. created,
+	// when set, looks at the created container's process first.
+	isolated := func(t *testing.T, s *shimRuntime, b *testbundle.Bundle, spec []byte, id string, created func(pid int)) string {
 		t.Helper()
 		pid, err := s.create(t, b, id)
 		if err != nil {
 			t.Fatalf("create: %v\n%s", err, s.output(b, id))
+		}
+		if created != nil {
+			created(pid)
 		}
 		if st := s.status(t, id); st != "created" {
 			t.Fatalf("status after create %q, want created", st)
@@ -111,7 +116,7 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatal("harness: the spec holds no escape")
 		}
 		const id = "front-create"
-		line := isolated(t, s, b, spec, id)
+		line := isolated(t, s, b, spec, id, nil)
 		t.Logf("shim log: %s", line)
 		table, err := policy.ChainName(id)
 		if err != nil {
@@ -123,6 +128,31 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			!regexp.MustCompile(` switches=\d+/\d+ queued=\S+ spec=`).MatchString(line) ||
 			!strings.HasPrefix(line, `time="`) || !strings.Contains(line, ` level=info msg="sforge-runtime: container `) {
 			t.Fatalf("log line %q, want the front's", line)
+		}
+	})
+	t.Run("user namespace", func(t *testing.T) {
+		// Docker's --userns-remap: the container's network namespace
+		// belongs to a user namespace runc makes for it. Root is mapped
+		// to itself here so that the probe can write its marker in the
+		// test's directories; the namespaces are what the front meets.
+		s := newShimRuntime(t, engines.Auto)
+		b, spec := bundle(t, false, func(sp *specs.Spec) {
+			sp.Linux.Namespaces = append(sp.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+			m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 65536}}
+			sp.Linux.UIDMappings, sp.Linux.GIDMappings = m, m
+		})
+		const id = "front-userns"
+		var owner string
+		line := isolated(t, s, b, spec, id, func(pid int) { owner = netnsOwner(t, pid) })
+		if !strings.HasSuffix(line, ` front=c)"`) {
+			t.Fatalf("log line %q, want the front's", line)
+		}
+		host, err := os.Readlink("/proc/self/ns/user")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == "" || owner == host {
+			t.Fatalf("harness: the container's network namespace belongs to user namespace %q, want one of its own (the host's is %s)", owner, host)
 		}
 	})
 	t.Run("hands over", func(t *testing.T) {
@@ -146,7 +176,7 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		b, spec := bundle(t, false, func(sp *specs.Spec) {
 			sp.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: hook, Args: []string{"make-table"}}}}
 		})
-		if line := isolated(t, s, b, spec, id); !strings.Contains(line, " front=c+go)") {
+		if line := isolated(t, s, b, spec, id, nil); !strings.Contains(line, " front=c+go)") {
 			t.Fatalf("log line %q, want the Go shim's after the front's create", line)
 		}
 	})
@@ -325,6 +355,26 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatalf("shim log %q, want the Go shim's made namespace", log)
 		}
 	})
+}
+
+// netnsOwner names the user namespace that owns pid's network namespace.
+func netnsOwner(t *testing.T, pid int) string {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		t.Fatalf("NS_GET_USERNS: %v", err)
+	}
+	defer unix.Close(fd)
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link
 }
 
 // denySetns builds testdata/deny-setns.c: a program that runs another with

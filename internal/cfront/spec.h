@@ -211,7 +211,6 @@ struct cfront_oci {
 	int net; // a network namespace was found: the first one counts
 	const char *path;
 	size_t path_n;
-	int user; // a user namespace is listed
 	// The allowlist, as policy.Lookup finds it: the annotation, else the
 	// environment form. unsure: a case the front leaves to Go (a repeated
 	// or null annotation, the environment form set twice differently, a
@@ -397,8 +396,6 @@ static inline int cfront_ns_element(struct cfront_json *j, void *ctx) {
 		return 1; // a zero LinuxNamespace
 	if (!cfront_object(j, cfront_ns_member, &e))
 		return 0;
-	if (e.type_n == 4 && memcmp(e.type, "user", 4) == 0)
-		sp->user = 1;
 	if (!sp->net && e.type_n == 7 && memcmp(e.type, "network", 7) == 0) {
 		sp->net = 1;
 		sp->path = e.path;

@@ -1,6 +1,7 @@
 // The isolated create in C: what the Go shim does for a create of a
 // container whose namespace it does not make (create.go, modeAfterCreate),
-// for the containers with a network namespace of their own or given by path.
+// for the containers with a network namespace of their own or given by path,
+// in a user namespace (dockerd --userns-remap) or not.
 //
 // Docker and containerd create most isolated containers with a network
 // namespace of their own; `--network container:X` and `ctr run --with-ns`
@@ -291,11 +292,15 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 	// The spec as the Go shim reads it (decide, Isolate, refuse): an
 	// allowlist, nothing else of sforge's, capabilities listed and none
 	// it would refuse (CAP_NET_RAW it drops, below), a network namespace
-	// outside a user namespace: of its own, or given by a path that is
-	// not the host's namespace.
+	// of its own or given by a path that is not the host's namespace. A
+	// user namespace changes nothing here: the Go shim too creates such a
+	// container first and installs in the namespace runc made (its own
+	// namespace-first create needs the network namespace to belong to the
+	// user namespace, which only runc makes), and the host's root may
+	// enter, and write rules in, a namespace a child user namespace owns.
 	if (!cfront_read_spec(spec, len, &sp) || sp.unsure || sp.other || !(sp.ann || sp.env))
 		return 0;
-	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.user || sp.path_n >= sizeof p->netns)
+	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.path_n >= sizeof p->netns)
 		return 0;
 	memcpy(p->netns, sp.path, sp.path_n);
 	p->netns[sp.path_n] = '\0';

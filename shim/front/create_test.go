@@ -66,7 +66,10 @@ var planCases = []struct {
 	// The host's by another name (init's is not readable everywhere).
 	{"by path, the runtime's", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"network","path":"/proc/self/ns/net"}]}}`, false},
 	{"host network", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"pid"}]}}`, false},
-	{"user namespace", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"user"},{"type":"network"}]}}`, false},
+	// A user namespace (Docker's --userns-remap): the Go shim creates
+	// first too.
+	{"user namespace", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"user"},{"type":"network"}],"uidMappings":[{"containerID":0,"hostID":100000,"size":65536}]}}`, true},
+	{"user namespace by path", `{"annotations":{"sforge.io/egress":"v1"},` + planProcess + `,"linux":{"namespaces":[{"type":"network","path":"/run/netns/x"},{"type":"user","path":"/proc/9/ns/user"}]}}`, true},
 	{"made namespace recorded", `{"annotations":{"sforge.io/egress":"v1","sforge.io/preisolated-netns":"/proc/1/fd/3"},` + planProcess + `,` + planLinux + `}`, false},
 	{"not isolated", `{"annotations":{"sforge.io/other":"x"},` + planProcess + `,` + planLinux + `}`, false},
 	{"invalid allowlist", `{"annotations":{"sforge.io/egress":"v2"},` + planProcess + `,` + planLinux + `}`, false},
