@@ -17,7 +17,7 @@ import (
 // writes the hooks.d files, and `podman run --annotation
 // sforge.io/egress=...` (with NET_RAW dropped: hooks.d cannot change the
 // spec, so the hook refuses NET_RAW instead) is isolated like the Docker
-// case; without the annotation the same image reaches everything; a
+// case, in a user namespace (--uidmap) too; without the annotation the same image reaches everything; a
 // malformed annotation, NET_RAW kept, NET_ADMIN, --privileged and
 // --network host each fail `podman run` before the process runs.
 func TestRuntimePodman(t *testing.T) {
@@ -64,6 +64,26 @@ func TestRuntimePodman(t *testing.T) {
 		// (hook/front): podman's hooks.d path starts no Go process.
 		if front.Built && !strings.Contains(string(b), " front=c\n") {
 			t.Errorf("the install was not the hook front's (no front=c):\n%s", b)
+		}
+	})
+	t.Run("user namespace", func(t *testing.T) {
+		// --uidmap: the container, and its network namespace, in a user
+		// namespace of their own (root is uid 100000 on the host). The
+		// hook's C front enters that namespace from the host's user
+		// namespace.
+		fronts := func() int {
+			b, _ := os.ReadFile(hookLog)
+			return strings.Count(string(b), " front=c\n")
+		}
+		before := fronts()
+		out := p.MustPodman(t, "run", "--rm", "--uidmap", "0:100000:65536", "--gidmap", "0:100000:65536",
+			"--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script+"; cat /proc/self/uid_map")
+		regExpect(t, out, checks)
+		if !strings.Contains(out, "100000") {
+			t.Errorf("the container ran without its user namespace:\n%s", out)
+		}
+		if n := fronts() - before; front.Built && n != 1 {
+			t.Errorf("%d installs by the hook's C front for one container, want 1", n)
 		}
 	})
 	t.Run("without annotation", func(t *testing.T) {
