@@ -17,9 +17,10 @@ import (
 // writes the hooks.d files, and `podman run --annotation
 // sforge.io/egress=...` (with NET_RAW dropped: hooks.d cannot change the
 // spec, so the hook refuses NET_RAW instead) is isolated like the Docker
-// case, in a user namespace (--uidmap) too; without the annotation the same image reaches everything; a
-// malformed annotation, NET_RAW kept, NET_ADMIN, --privileged and
-// --network host each fail `podman run` before the process runs.
+// case, in a user namespace (--uidmap) too; without the annotation the
+// same image reaches everything; a malformed annotation, NET_RAW kept,
+// NET_ADMIN, --privileged and --network host each fail `podman run`
+// before the process runs.
 func TestRuntimePodman(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)

@@ -36,11 +36,10 @@ type Options struct {
 	ExtraArgs []string
 	// UsernsRemap names an existing user (and group: "user:group")
 	// whose subordinate ids dockerd runs containers as (--userns-remap).
-	// For the daemon's life the user gets RemapBase and the 65535 ids after it
-	// in /etc/subuid and /etc/subgid (the files are restored afterwards),
-	// and the daemon's
-	// directory lets others search it, as dockerd requires of every
-	// directory above a remapped data root.
+	// For the daemon's life the user gets RemapBase and the 65535 ids
+	// after it in /etc/subuid and /etc/subgid (the files are restored
+	// afterwards), and the daemon's directory lets others search it, as
+	// dockerd requires of every directory above a remapped data root.
 	UsernsRemap string
 }
 

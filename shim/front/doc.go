@@ -7,8 +7,9 @@
 //
 // And it does the isolated create of a container with a network namespace
 // of its own (Docker's and containerd's default) or given by path (docker
-// --network container:X), in a user namespace or not, the way the Go shim does it when it does not make
-// the namespace (create.go, modeAfterCreate): CAP_NET_RAW dropped from
+// --network container:X), in a user namespace or not, the way the Go shim
+// does it when it does not make the namespace (create.go,
+// modeAfterCreate): CAP_NET_RAW dropped from
 // config.json (and, for a namespace by path, the poststop hook that removes
 // the rules added to it), `runc create` as its child, then the rules in the
 // created container's namespace before it returns. The front does that with the C nftables engine
