@@ -27,7 +27,7 @@ import (
 // fail `docker run` before the process runs.
 func TestRuntimeDocker(t *testing.T) {
 	ds := newDockerSforge(t, testdocker.Options{})
-	d, prefix, env, image, checks, open, script, run := ds.d, ds.prefix, ds.env, ds.image, ds.checks, ds.open, ds.script, ds.run
+	d, prefix, env, image, checks, open, run := ds.d, ds.prefix, ds.env, ds.image, ds.checks, ds.open, ds.run
 	if out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix); err != nil || !strings.Contains(out, "nothing to change") {
 		t.Fatalf("second install: %v\n%s", err, out)
 	}
@@ -52,37 +52,8 @@ func TestRuntimeDocker(t *testing.T) {
 			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 		}
 	})
-	// `--network container:X`: Docker names X's namespace by path
-	// (/proc/<pid>/ns/net). The C front adds the poststop hook that
-	// removes the rules when the isolated container goes, creates it and
-	// installs in X's namespace; after `docker run --rm` returns, X holds
-	// nothing of ours and reaches what it reached before.
-	t.Run("joins another container's namespace", func(t *testing.T) {
-		const x = "plain-x"
-		d.MustDocker(t, "run", "-d", "--name", x, "--network", "sfnet", image, "/bin/sleep", "300")
-		t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", x) })
-		before := frontCreates(t, dropped)
-		out := d.MustDocker(t, "run", "--rm", "--network", "container:"+x, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist,
-			image, "/bin/sh", "-c", script)
-		if n := frontCreates(t, dropped); n != before+1 {
-			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
-		}
-		regExpect(t, out, checks)
-		if !strings.Contains(out, "DNS=fail") {
-			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
-		}
-		pid := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", x))
-		xns, err := ns.GetNS("/proc/" + pid + "/ns/net")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer xns.Close()
-		requireNoChains(t, xns)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		after, _ := d.Docker(ctx, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(open)...)...)
-		regExpect(t, after, open)
-	})
+	// `--network container:X`.
+	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t) })
 	// A running isolated container: `docker exec` joins the container's
 	// namespace (through its process: were the namespace the Go shim's,
 	// the spec's path would name a descriptor of the shim's), with the
@@ -225,12 +196,47 @@ func (ds *dockerSforge) run(t *testing.T, extra ...string) string {
 	return ds.d.MustDocker(t, args...)
 }
 
+// joinsNamespace runs an isolated container in the namespace of a plain
+// one, X (`--network container:X`; xArgs are added to X's docker run):
+// Docker names X's namespace by path (/proc/<pid>/ns/net). The C front adds
+// the poststop hook that removes the rules when the isolated container
+// goes, creates it and installs in X's namespace; after `docker run --rm`
+// returns, X holds nothing of ours and reaches what it reached before.
+func (ds *dockerSforge) joinsNamespace(t *testing.T, xArgs ...string) {
+	const x = "plain-x"
+	d := ds.d
+	d.MustDocker(t, append(append([]string{"run", "-d", "--name", x, "--network", "sfnet"}, xArgs...), ds.image, "/bin/sleep", "300")...)
+	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", x) })
+	before := frontCreates(t, dropped)
+	out := d.MustDocker(t, "run", "--rm", "--network", "container:"+x, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist,
+		ds.image, "/bin/sh", "-c", ds.script)
+	if n := frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+	}
+	regExpect(t, out, ds.checks)
+	if !strings.Contains(out, "DNS=fail") {
+		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+	}
+	pid := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", x))
+	xns, err := ns.GetNS("/proc/" + pid + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xns.Close()
+	requireNoChains(t, xns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	after, _ := d.Docker(ctx, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(ds.open)...)...)
+	regExpect(t, after, ds.open)
+}
+
 // TestRuntimeDockerUsernsRemap: a dockerd with --userns-remap runs every
 // container in a user namespace of its own, which owns the container's
 // network namespace, its root an unprivileged host uid. sforge-runtime's
 // C front creates the isolated container and installs its rules in that
 // namespace: the probe matrix holds, CAP_NET_RAW is gone, and the process
-// ran remapped.
+// ran remapped. Joining another remapped container's namespace is
+// isolated too, and that namespace is left clean.
 func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	ds := newDockerSforge(t, testdocker.Options{UsernsRemap: "nobody:nogroup"})
 	// Under a remap Docker leaves net.ipv4.ping_group_range as the kernel
@@ -257,6 +263,9 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	}
 	// Without the allowlist the same container reaches all of it.
 	regExpect(t, ds.run(t, ping, "--runtime", "sforge"), ds.open)
+	// Joining another remapped container's namespace, which its user
+	// namespace owns: installed there, and removed by the poststop hook.
+	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
 }
 
 // frontCreates counts the isolated creates sforge-runtime's C front has
