@@ -6,6 +6,7 @@ package testcontainerd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -96,8 +97,8 @@ func (d *Daemon) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if d.cmd.ProcessState != nil {
-			return fmt.Errorf("containerd exited: %v", d.cmd.ProcessState)
+		if testenv.Exited(d.cmd) {
+			return errors.New("containerd exited")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		out, err := d.Ctr(ctx, "version")

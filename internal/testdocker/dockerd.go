@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
 )
@@ -228,7 +227,7 @@ func (d *Daemon) waitReady(timeout time.Duration) error {
 	c.Timeout = 2 * time.Second
 	var last error
 	for time.Now().Before(deadline) {
-		if d.exited() {
+		if testenv.Exited(d.cmd) {
 			return errors.New("dockerd exited")
 		}
 		resp, err := c.Get("http://docker/_ping")
@@ -243,14 +242,6 @@ func (d *Daemon) waitReady(timeout time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("timed out after %s: %v", timeout, last)
-}
-
-// exited tells whether dockerd has exited, leaving it to be waited for
-// (WNOWAIT): a daemon that refuses its settings fails at once.
-func (d *Daemon) exited() bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, d.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err == nil && info.Signo != 0
 }
 
 // Docker runs the docker CLI against this daemon and returns its combined

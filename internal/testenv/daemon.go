@@ -7,7 +7,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// Exited tells whether a daemon the test started has exited, leaving it
+// to be reaped (WNOWAIT) by StopDaemon: a readiness wait ends at once for
+// a daemon that refused its settings. (cmd.ProcessState stays nil until
+// something calls Wait.)
+func Exited(cmd *exec.Cmd) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo != 0
+}
 
 // StopDaemon stops a daemon the test started, by its PID: SIGTERM, then
 // SIGKILL when it has not exited within grace. It returns once the process
