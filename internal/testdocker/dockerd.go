@@ -10,13 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,7 +105,9 @@ func Start(t testing.TB, o Options) *Daemon {
 		"--log-level", "info",
 	}
 	if o.UsernsRemap != "" {
-		subordinateIDs(t, o.UsernsRemap)
+		// dockerd looks both ranges up by the user's name.
+		user, _, _ := strings.Cut(o.UsernsRemap, ":")
+		testenv.SubordinateIDs(t, user, RemapBase)
 		if err := os.Chmod(dir, 0o711); err != nil {
 			t.Fatal(err)
 		}
@@ -122,41 +122,6 @@ func Start(t testing.TB, o Options) *Daemon {
 		t.Fatalf("dockerd did not become ready: %v\n--- dockerd log (tail)\n%s", err, d.LogTail(40))
 	}
 	return d
-}
-
-// subordinateIDs gives remap's user ("user[:group]") the range
-// RemapBase..+65536 in /etc/subuid and /etc/subgid until the test ends,
-// then puts the files back as they were.
-func subordinateIDs(t testing.TB, remap string) {
-	t.Helper()
-	// dockerd looks both ranges up by the user's name.
-	user, _, _ := strings.Cut(remap, ":")
-	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-		old, err := os.ReadFile(f)
-		existed := err == nil
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-		data := slices.Clip(old)
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			data = append(data, '\n')
-		}
-		data = fmt.Appendf(data, "%s:%d:65536\n", user, RemapBase)
-		if err := os.WriteFile(f, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			var err error
-			if existed {
-				err = os.WriteFile(f, old, 0o644)
-			} else {
-				err = os.Remove(f)
-			}
-			if err != nil {
-				t.Errorf("failed to restore %s: %v", f, err)
-			}
-		})
-	}
 }
 
 func (d *Daemon) launch(logf *os.File) error {

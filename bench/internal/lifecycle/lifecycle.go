@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
 )
 
 // Options describe a bundle.
@@ -102,7 +104,9 @@ func NewBundle(dir string, o Options) (*Bundle, error) {
 		if err := chownTree(rootfs, RemappedRoot); err != nil {
 			return nil, err
 		}
-		if err := searchableAbove(rootfs); err != nil {
+		// The remapped root must reach its rootfs, as Docker's remapped
+		// data root (0701) lets it reach the layers.
+		if err := testenv.SearchableAbove(rootfs); err != nil {
 			return nil, err
 		}
 	}
@@ -222,25 +226,6 @@ func chownTree(dir string, id int) error {
 		}
 		return os.Lchown(p, id, id)
 	})
-}
-
-// searchableAbove lets every user search the directories above path (a
-// test's temporary directories are 0700), as Docker's remapped data root
-// (0701) lets its remapped root reach the layers.
-func searchableAbove(path string) error {
-	for d := filepath.Dir(path); d != "/"; d = filepath.Dir(d) {
-		st, err := os.Stat(d)
-		if err != nil {
-			return err
-		}
-		if st.Mode().Perm()&0o001 != 0 {
-			continue
-		}
-		if err := os.Chmod(d, st.Mode().Perm()|0o001); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // minimalSpec is the bundle of the hook issue's benchmarks: the default
