@@ -13,6 +13,10 @@ declare -A need=(
   [runc]=runc
   [dockerd]=docker.io
   [podman]=podman
+  # rootless podman (TestRuntimePodmanRootless): its user namespace, its
+  # containers' networks
+  [newuidmap]=uidmap
+  [slirp4netns]=slirp4netns
   [containerd]=containerd
   [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static

@@ -111,9 +111,11 @@ func (h *Hook) Run(stage string, stdin io.Reader) error {
 	return nil
 }
 
-func (h *Hook) engine() (engine.Engine, error) {
+// engine opens the engine, where there is none yet, choosing (auto) by a
+// probe of the kernel in the container's namespace netns.
+func (h *Hook) engine(netns string) (engine.Engine, error) {
 	if h.Engine == nil {
-		e, err := engines.New(h.EngineName)
+		e, err := engines.Open(engines.Options{Name: h.EngineName, ProbeNetNS: netns})
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +175,7 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	if BeforeInstall != nil {
 		BeforeInstall()
 	}
-	eng, err := h.engine()
+	eng, err := h.engine(nsPath)
 	if err != nil {
 		return refuse("no rule engine: "+err.Error(), "force one with --engine or "+engines.EnvVar)
 	}
@@ -230,7 +232,7 @@ func (h *Hook) poststop(st *specs.State) {
 	}
 	start := time.Now()
 	opened := h.Engine == nil // ours to configure
-	eng, err := h.engine()
+	eng, err := h.engine(n.Path)
 	if err != nil {
 		h.Log.Printf("remove container=%s error: %v", st.ID, err)
 		return

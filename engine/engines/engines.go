@@ -39,6 +39,13 @@ var Names = []string{Auto, NFTables, IPTables, IPTablesNFT, IPTablesLegacy}
 type Options struct {
 	// Name is one of Names; empty means Auto.
 	Name string
+	// ProbeNetNS is the network namespace (a path) where Auto probes the
+	// kernel; empty: the caller's. A hook that knows the container's
+	// namespace probes there: a rootless engine runs its hooks in a user
+	// namespace of their own, without CAP_NET_ADMIN over the host's
+	// network namespace, and the kernel then refuses the probe there
+	// (EPERM) whatever it supports.
+	ProbeNetNS string
 	// IPTables configures the iptables engine when it is chosen; its
 	// Backend is set from Name for iptables-nft and iptables-legacy.
 	IPTables iptables.Options
@@ -73,7 +80,12 @@ func Open(o Options) (engine.Engine, error) {
 		if probe == nil {
 			probe = nftables.Supported
 		}
-		err := probe()
+		var err error
+		if o.ProbeNetNS != "" {
+			err = engine.WithNetNS(o.ProbeNetNS, probe)
+		} else {
+			err = probe()
+		}
 		switch {
 		case err == nil:
 			return nftables.New(), nil

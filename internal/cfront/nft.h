@@ -22,12 +22,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "allow.h"
@@ -38,12 +42,14 @@
 // checked against them.
 #if defined(__has_include)
 #if __has_include(<linux/netfilter/nf_tables.h>) && __has_include(<linux/netfilter/nfnetlink.h>) && \
-    __has_include(<linux/netlink.h>) && __has_include(<linux/netfilter.h>) && __has_include(<linux/magic.h>)
+    __has_include(<linux/netlink.h>) && __has_include(<linux/netfilter.h>) && __has_include(<linux/magic.h>) && \
+    __has_include(<linux/nsfs.h>)
 #include <linux/magic.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
+#include <linux/nsfs.h>
 #define CFRONT_NFT_UAPI 1
 #endif
 #endif
@@ -66,6 +72,8 @@ enum {
 	CF_NLA_TYPE_MASK = 0x3fff,
 	// linux/magic.h
 	CF_NSFS_MAGIC = 0x6e736673,
+	// linux/nsfs.h: _IO(0xb7, 0x1)
+	CF_NS_GET_USERNS = 0xb701,
 	// linux/netfilter.h
 	CF_NF_DROP = 0,
 	CF_NF_ACCEPT = 1,
@@ -198,6 +206,7 @@ enum {
 #ifdef CFRONT_NFT_UAPI
 #define CF_SAME(x) _Static_assert((long)CF_##x == (long)(x), #x)
 CF_SAME(NETLINK_NETFILTER);
+CF_SAME(NS_GET_USERNS);
 CF_SAME(NETLINK_CAP_ACK);
 CF_SAME(NLMSG_ERROR);
 CF_SAME(NLMSG_DONE);
@@ -1692,34 +1701,112 @@ static inline int cf_nft_verify(struct cf_nft *s) {
 	return 1;
 }
 
+// cf_nft_may_return reports whether the calling thread, having entered
+// another network namespace, could come back to its own: setns needs
+// CAP_SYS_ADMIN in the user namespace that owns the namespace entered, and
+// a process in a user namespace of its own holds it there only if that is
+// its own. Rootless podman runs its hooks so: in its user namespace, in
+// the host's network namespace, which the host's user namespace owns. 1
+// when the thread's network namespace is owned by its user namespace; 0
+// otherwise (an owner above it, or one below, where coming back would have
+// worked: the child's way is as safe), or when it cannot tell.
+//
+// The answer is kept for the process (a front's one thread, which stays in
+// its namespaces): the test costs 0.05-0.1 ms on this kind of machine (a
+// namespace file made and released, a /proc lookup), so cfront_nft_prepare
+// asks before the container exists, not in its isolation window.
+static int cf_nft_may_return_known = -1;
+
+static inline int cf_nft_may_return(void) {
+	if (cf_nft_may_return_known >= 0)
+		return cf_nft_may_return_known;
+	int mine = 0;
+	int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	int owner = self < 0 ? -1 : ioctl(self, CF_NS_GET_USERNS);
+	struct stat a, b;
+	if (owner >= 0)
+		mine = fstat(owner, &a) == 0 && stat("/proc/thread-self/ns/user", &b) == 0 && a.st_dev == b.st_dev &&
+		       a.st_ino == b.st_ino;
+	if (owner >= 0)
+		close(owner);
+	if (self >= 0)
+		close(self);
+	if (self >= 0 && owner >= 0)
+		cf_nft_may_return_known = mine; // a failure is not kept: asked again
+	return mine;
+}
+
+// The child that opens the socket for a thread that could not come back
+// from the namespace: it shares the caller's memory and descriptor table
+// (the socket it opens is the caller's) and ends after the socket() call.
+struct cf_nft_dial {
+	int nsfd, fd, err;
+};
+
+static int cf_nft_dial_child(void *arg) {
+	struct cf_nft_dial *d = arg;
+	if (setns(d->nsfd, CLONE_NEWNET) != 0) {
+		d->err = errno;
+		return 1;
+	}
+	d->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, CF_NETLINK_NETFILTER);
+	d->err = errno;
+	return 0;
+}
+
+// cf_nft_socket_by_child opens the socket from a child in the namespace
+// nsfd (clone with CLONE_VM | CLONE_FILES | CLONE_VFORK: the caller waits,
+// and its own namespace never changes). The socket, or -1 (errno set).
+static inline int cf_nft_socket_by_child(int nsfd) {
+	static _Alignas(64) char stack[16384]; // the child's: a socket() call deep
+	struct cf_nft_dial d = {nsfd, -1, 0};
+	pid_t pid = clone(cf_nft_dial_child, stack + sizeof stack, CLONE_VM | CLONE_FILES | CLONE_VFORK | SIGCHLD, &d);
+	if (pid < 0)
+		return -1;
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	errno = d.err;
+	return d.fd;
+}
+
 // cf_nft_socket is dial(): the calling thread enters the namespace nsfd
 // for the socket() call only (a netlink socket stays in the namespace it
-// was opened in) and returns at once. The socket, or -1 (nothing to undo),
-// or -2 when the thread could not return to its own namespace (errno set).
-// The socket's errors come without the request they answer, and a receive
-// gives up after CF_NFT_TIMEOUT_SEC.
+// was opened in) and returns at once; where it could not come back (its
+// namespace owned by a user namespace above its own: a rootless engine's
+// hook), a child opens the socket instead (one clone more). The socket, or
+// -1 (nothing to undo), or -2 when the thread could not return to its own
+// namespace all the same (errno set). The socket's errors come without
+// the request they answer, and a receive gives up after
+// CF_NFT_TIMEOUT_SEC.
 static inline int cf_nft_socket(int nsfd) {
 	struct statfs fs;
 	if (fstatfs(nsfd, &fs) != 0 || fs.f_type != CF_NSFS_MAGIC) // openNetNS
 		return -1;
-	int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (self < 0)
-		return -1;
-	if (setns(nsfd, CLONE_NEWNET) != 0) {
-		close(self);
-		return -1;
-	}
-	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, CF_NETLINK_NETFILTER);
-	int err = errno;
-	if (setns(self, CLONE_NEWNET) != 0) {
+	int fd, err;
+	if (!cf_nft_may_return()) {
+		fd = cf_nft_socket_by_child(nsfd);
 		err = errno;
-		if (fd >= 0)
-			close(fd);
+	} else {
+		int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+		if (self < 0)
+			return -1;
+		if (setns(nsfd, CLONE_NEWNET) != 0) {
+			close(self);
+			return -1;
+		}
+		fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, CF_NETLINK_NETFILTER);
+		err = errno;
+		if (setns(self, CLONE_NEWNET) != 0) {
+			err = errno;
+			if (fd >= 0)
+				close(fd);
+			close(self);
+			errno = err;
+			return -2;
+		}
 		close(self);
-		errno = err;
-		return -2;
 	}
-	close(self);
 	if (fd >= 0) {
 		int one = 1;
 		setsockopt(fd, CF_SOL_NETLINK, CF_NETLINK_CAP_ACK, &one, sizeof one);
@@ -1747,6 +1834,7 @@ static inline int cfront_nft_prepare(struct cf_nft *s, const char *table, const 
 		return 0;
 	s->table = table;
 	s->fd = -1;
+	cf_nft_may_return(); // known before the window
 	if (!cf_nft_plan(s, a))
 		return 0;
 	s->batch_n = cf_nft_batch(s, 0, &s->batch_first, &s->batch_last);

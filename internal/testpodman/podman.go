@@ -4,6 +4,11 @@
 // command inside a network namespace the test created, so the bridge and
 // its rules never touch the host. podman has no daemon: cleanup removes
 // the containers and then the directory.
+//
+// With Options.Rootless, podman runs as an unprivileged user, as rootless
+// podman does: in a user namespace it makes with newuidmap, its
+// containers' networks given by slirp4netns, which connects from the
+// test's network namespace on their behalf.
 package testpodman
 
 import (
@@ -14,8 +19,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,9 +44,21 @@ const (
 
 // Options configure the harness.
 type Options struct {
-	// HooksDir is passed as --hooks-dir (empty: a private empty dir).
+	// HooksDir is passed as --hooks-dir (empty: a private empty dir). For
+	// a rootless podman it and what its hooks name must be reachable by
+	// RootlessUser.
 	HooksDir string
+	// Rootless runs podman as RootlessUser, with RootlessBase.. as its
+	// subordinate ids for the test's life.
+	Rootless bool
 }
+
+// The user a rootless podman runs as (it exists on every Debian), and the
+// first host id of its subordinate range: its containers' uid 1 and up.
+const (
+	RootlessUser = "nobody"
+	RootlessBase = 400000
+)
 
 // Podman is a private podman setup.
 type Podman struct {
@@ -47,6 +67,7 @@ type Podman struct {
 	Bridge   string   // the CNI bridge in NetNS
 	NetNS    ns.NetNS // where podman, CNI and the containers' bridge live
 	conf     string
+	rootless *user.User // nil: podman runs as root
 }
 
 // New prepares the private directories and configuration.
@@ -60,6 +81,10 @@ func New(t testing.TB, o Options) *Podman {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var rootless *user.User
+	if o.Rootless {
+		rootless = rootlessSetup(t, dir)
+	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	p := &Podman{
@@ -68,6 +93,7 @@ func New(t testing.TB, o Options) *Podman {
 		Bridge:   "sfp" + hex.EncodeToString(suffix),
 		NetNS:    testenv.NewNetNS(t),
 		conf:     filepath.Join(dir, "containers.conf"),
+		rootless: rootless,
 	}
 	if p.HooksDir == "" {
 		p.HooksDir = filepath.Join(dir, "hooks.d")
@@ -97,7 +123,7 @@ events_logger = "file"
 events_logfile_path = %q
 lock_type = "file"
 tmp_dir = %q
-`, netDir, filepath.Join(dir, "events.log"), filepath.Join(dir, "tmp"))
+`, netDir, filepath.Join(dir, "tmp", "events.log"), filepath.Join(dir, "tmp"))
 	if err := os.WriteFile(p.conf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -123,24 +149,78 @@ tmp_dir = %q
 	if err := os.WriteFile(filepath.Join(netDir, "87-podman.conflist"), []byte(cni), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if rootless != nil {
+		// podman takes its network lock in the network config directory.
+		uid, _ := strconv.Atoi(rootless.Uid)
+		gid, _ := strconv.Atoi(rootless.Gid)
+		if err := os.Chown(netDir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		// slirp4netns answers a container's ping with an ICMP socket of
+		// the user's, which needs its group in the range.
+		err := p.NetNS.Do(func(ns.NetNS) error {
+			return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() { p.cleanup(t) })
 	return p
+}
+
+// rootlessSetup prepares what rootless podman needs that a root one does
+// not: the tools, subordinate ids, a usable tun device, and the user's own
+// directories under dir (home, runtime dir, storage).
+func rootlessSetup(t testing.TB, dir string) *user.User {
+	t.Helper()
+	for _, b := range []string{"newuidmap", "newgidmap", "slirp4netns"} {
+		testenv.RequireBinary(t, b)
+	}
+	u, err := user.Lookup(RootlessUser)
+	testenv.Require(t, err == nil, "no user "+RootlessUser+" to run rootless podman as")
+	testenv.SubordinateIDs(t, RootlessUser, RootlessBase)
+	testenv.TunForAll(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, d := range []string{"home", "run", "root", "tmp"} {
+		// The runtime dir must be the user's alone (podman checks).
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(dir, d), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
 }
 
 // Command builds a podman command with the private settings, run inside
 // the harness's network namespace.
 func (p *Podman) Command(ctx context.Context, args ...string) *exec.Cmd {
-	base := []string{"--net=" + p.NetNS.Path(), "--", "podman",
+	base := []string{"--net=" + p.NetNS.Path()}
+	runroot := filepath.Join(p.Dir, "runroot")
+	env := append(os.Environ(), "CONTAINERS_CONF="+p.conf)
+	if p.rootless != nil {
+		base = append(base, "--setuid", p.rootless.Uid, "--setgid", p.rootless.Gid)
+		runroot = filepath.Join(p.Dir, "run", "runroot")
+		env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(p.Dir, "home"),
+			"XDG_RUNTIME_DIR=" + filepath.Join(p.Dir, "run"), "CONTAINERS_CONF=" + p.conf}
+	}
+	base = append(base, "--", "podman",
 		"--root", filepath.Join(p.Dir, "root"),
-		"--runroot", filepath.Join(p.Dir, "runroot"),
+		"--runroot", runroot,
 		"--tmpdir", filepath.Join(p.Dir, "tmp"),
 		"--storage-driver", "vfs",
 		"--cgroup-manager", "cgroupfs",
 		"--events-backend", "file",
 		"--hooks-dir", p.HooksDir,
-	}
+	)
 	cmd := exec.CommandContext(ctx, "nsenter", append(base, args...)...)
-	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+p.conf)
+	cmd.Env = env
 	return cmd
 }
 
@@ -174,6 +254,9 @@ func (p *Podman) ImportImage(t testing.TB, name, rootfs string) {
 	if out, err := exec.Command("tar", "-C", rootfs, "-cf", tarball, ".").CombinedOutput(); err != nil {
 		t.Fatalf("tar %s: %v\n%s", rootfs, err, out)
 	}
+	if err := os.Chmod(tarball, 0o644); err != nil { // for a rootless podman
+		t.Fatal(err)
+	}
 	p.MustPodman(t, "import", tarball, name)
 	_ = os.Remove(tarball)
 }
@@ -183,6 +266,15 @@ func (p *Podman) cleanup(t testing.TB) {
 	defer cancel()
 	if out, err := p.Podman(ctx, "rm", "--all", "--force", "--time", "0"); err != nil {
 		t.Logf("podman rm --all: %v\n%s", err, out)
+	}
+	if p.rootless != nil {
+		// The process that keeps rootless podman's user namespace
+		// between commands, stopped by the pid it recorded in its tmpdir.
+		if b, err := os.ReadFile(filepath.Join(p.Dir, "tmp", "pause.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 	testenv.UnmountBelow(p.Dir)
 	_ = os.RemoveAll(p.Dir)

@@ -1,0 +1,202 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/sforge-dev/netiso/hook/front"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testpodman"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// TestRuntimePodmanRootless: podman run by an unprivileged user, as
+// rootless podman runs: in a user namespace of its own (root there is the
+// user, uids 1 and up its subordinate range), each container's network
+// given by slirp4netns, which connects from the test's namespace on the
+// container's behalf. runc runs the hooks.d hooks in that user namespace
+// and in the host's network namespace, over which they hold no
+// capability: the hook can enter the container's namespace (its user
+// namespace owns it) but could not come back, so its engines open their
+// netlink socket from a child (C) or on a thread they discard (Go). The
+// probe matrix holds with the hook's C front and with the Go hook; a
+// container that joins another's namespace is isolated, and that
+// namespace is left clean by the poststop hook; a container that keeps
+// CAP_NET_RAW is refused.
+func TestRuntimePodmanRootless(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	u, err := user.Lookup(testpodman.RootlessUser)
+	testenv.Require(t, err == nil, "no user "+testpodman.RootlessUser)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+
+	// What runc runs as the user must be reachable by the user: copies
+	// of the binaries (the module may sit under root's home), the hooks.d
+	// files, and a log directory of the user's.
+	base := t.TempDir()
+	pfx := filepath.Join(base, "prefix")
+	if err := os.MkdirAll(filepath.Join(pfx, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"sforge", "sforge-runtime", "sforge-hook"} {
+		copyFile(t, filepath.Join(prefix, "bin", b), filepath.Join(pfx, "bin", b))
+	}
+	hooks := filepath.Join(base, "hooks.d")
+	logDir := filepath.Join(base, "log")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(logDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	hookLog := filepath.Join(logDir, "hook.log")
+	if err := testenv.SearchableAbove(hookLog); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := regSforge(t, pfx, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", pfx, "--hook-log", hookLog); err != nil {
+		t.Fatalf("sforge install --podman: %v\n%s", err, out)
+	}
+
+	p := testpodman.New(t, testpodman.Options{HooksDir: hooks, Rootless: true})
+	regWorld(t, p.NetNS)
+	const image = "localhost/sforge-test/probe:1"
+	p.ImportImage(t, image, regRootfs(t, prefix))
+
+	// The runtime matrix without the neighbour: slirp4netns gives each
+	// container a network of its own.
+	checks := map[string]bool{
+		"tcp " + regJudgeTCP:    true,
+		"tcp " + regJudgeOther:  false,
+		"udp " + regJudgeUDP:    false,
+		"icmp " + regJudge4:     false,
+		"tcp " + regInternetTCP: false,
+		"tcp6 " + regJudge6TCP:  false,
+		"loopback 127.0.0.1":    true,
+	}
+	open := map[string]bool{}
+	for k := range checks {
+		open[k] = true
+	}
+	probe := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ")
+	script := probe + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status; cat /proc/self/uid_map"
+	annotation := policy.AnnotationAssignment(regAllowlist)
+	// installs counts the hook's install lines, all and the C front's.
+	installs := func() (all, byFront int) {
+		b, _ := os.ReadFile(hookLog)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, " install container=") {
+				all++
+				if strings.HasSuffix(l, " front=c") {
+					byFront++
+				}
+			}
+		}
+		return all, byFront
+	}
+
+	t.Run("isolated", func(t *testing.T) {
+		all, byFront := installs()
+		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("NET_RAW held:\n%s", out)
+		}
+		// Root in the container is the user: podman ran rootless.
+		if !rootIs(out, u.Uid) {
+			t.Errorf("the container's root is not %s (uid %s):\n%s", u.Username, u.Uid, out)
+		}
+		a, f := installs()
+		if a-all != 1 || front.Built && f-byFront != 1 {
+			b, _ := os.ReadFile(hookLog)
+			t.Errorf("%d installs, %d by the hook's C front, for one container; want 1 by the front:\n%s", a-all, f-byFront, b)
+		}
+	})
+	t.Run("Go hook", func(t *testing.T) {
+		// The same with the front off (its switch in the hooks.d file's
+		// environment): the Go hook probes the kernel and installs from
+		// the container's namespace.
+		f := filepath.Join(hooks, "sforge-createruntime.json")
+		orig, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.WriteFile(f, orig, 0o644) })
+		edited := strings.Replace(string(orig), `"GOMAXPROCS=1"`, `"GOMAXPROCS=1", "`+front.DisableEnv+`=1"`, 1)
+		if edited == string(orig) {
+			t.Fatalf("no environment to extend in %s:\n%s", f, orig)
+		}
+		if err := os.WriteFile(f, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		all, byFront := installs()
+		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if a, f := installs(); a-all != 1 || f != byFront {
+			b, _ := os.ReadFile(hookLog)
+			t.Errorf("%d installs, %d of them the front's, for one container; want one by the Go hook:\n%s", a-all, f-byFront, b)
+		}
+	})
+	t.Run("without annotation", func(t *testing.T) {
+		out := p.MustPodman(t, "run", "--rm", image, "/bin/sh", "-c", probe)
+		regExpect(t, out, open)
+	})
+	t.Run("joins another container's namespace", func(t *testing.T) {
+		// --network container:x: podman names x's namespace by path. The
+		// hook installs there; its poststop removes the rules when the
+		// isolated container goes, and x reaches what it reached before.
+		const x = "plain-x"
+		p.MustPodman(t, "run", "-d", "--name", x, image, "/bin/sleep", "300")
+		out := p.MustPodman(t, "run", "--rm", "--network", "container:"+x, "--annotation", annotation, "--cap-drop", "NET_RAW",
+			image, "/bin/sh", "-c", probe+"; true") // the probe fails when a check does
+		regExpect(t, out, checks)
+		pid := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.State.Pid}}", x))
+		xns, err := ns.GetNS("/proc/" + pid + "/ns/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer xns.Close()
+		requireNoChains(t, xns)
+		after := p.MustPodman(t, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(open)...)...)
+		regExpect(t, after, open)
+	})
+	t.Run("refused/NET_RAW kept", func(t *testing.T) {
+		markers := t.TempDir()
+		if err := os.Chmod(markers, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.SearchableAbove(markers); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := p.Podman(ctx, "run", "--rm", "-v", markers+":/m", "--annotation", annotation, image, "/bin/touch", "/m/ran")
+		if err == nil {
+			t.Fatalf("podman run succeeded; it must fail:\n%s", out)
+		}
+		if !strings.Contains(out, "sforge-hook") || !strings.Contains(out, "CAP_NET_RAW") {
+			t.Errorf("podman run failed without our message:\n%s", out)
+		}
+		regMustNotExist(t, filepath.Join(markers, "ran"), "NET_RAW kept")
+	})
+}
+
+// rootIs reports whether a /proc/self/uid_map in out maps uid 0 to the
+// host uid hostUID.
+func rootIs(out, hostUID string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "0" && f[1] == hostUID {
+			return true
+		}
+	}
+	return false
+}
