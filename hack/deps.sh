@@ -13,10 +13,11 @@ declare -A need=(
   [runc]=runc
   [dockerd]=docker.io
   [podman]=podman
-  # rootless podman (TestRuntimePodmanRootless): its user namespace, its
-  # containers' networks
+  # rootless podman and Docker (TestRuntimePodmanRootless,
+  # TestRuntimeDockerRootless): their user namespace, their networks
   [newuidmap]=uidmap
   [slirp4netns]=slirp4netns
+  [rootlesskit]=rootlesskit
   [containerd]=containerd
   [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -38,10 +40,10 @@ func TestRuntimeDocker(t *testing.T) {
 	t.Run("isolated", func(t *testing.T) {
 		// sforge-runtime's C front does this create (it drops CAP_NET_RAW
 		// from config.json as the Go shim would): one more of its lines.
-		before := frontCreates(t, dropped)
+		before := ds.frontCreates(t, dropped)
 		out := run(t, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
-		if n := frontCreates(t, dropped); n != before+1 {
-			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+		if n := ds.frontCreates(t, dropped); n != before+1 {
+			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
 		}
 		t.Logf("isolated container's report:\n%s", out)
 		regExpect(t, out, checks)
@@ -151,11 +153,40 @@ type dockerSforge struct {
 	// resolves the neighbour's name through Docker's embedded DNS
 	// (127.0.0.11).
 	script string
+	// shimConfig is the runtime's settings file (its log's): the run's
+	// (main_test.go), or a rootless daemon's own.
+	shimConfig string
 }
 
+func (ds *dockerSforge) shimLog(t *testing.T) string { return shimLogOf(t, ds.shimConfig) }
+
+// frontCreates counts the runtime's log lines that end with tail.
+func (ds *dockerSforge) frontCreates(t *testing.T, tail string) int {
+	return strings.Count(ds.shimLog(t), tail)
+}
+
+// newDockerSforge starts a private dockerd with runtime sforge registered
+// as users do (`sforge install --docker`), the world and a neighbour on
+// network sfnet. A rootless one (o.Rootless) runs binaries copied where
+// its user reaches them, with settings of its own.
 func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
 	t.Helper()
 	prefix := regBinaries(t)
+	rootfs := regRootfs(t, prefix)
+	shimConfig := os.Getenv(shim.ConfigEnv)
+	if o.Rootless {
+		var logs string
+		prefix, logs = userPrefix(t, prefix, testdocker.RootlessUser)
+		shimConfig = filepath.Join(logs, "runtime.json")
+		cfg, err := json.Marshal(shim.Config{Log: filepath.Join(logs, "runtime.log")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(shimConfig, cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		o.Env = append(o.Env, shim.ConfigEnv+"="+shimConfig, hook.LogEnv+"="+filepath.Join(logs, "hook.log"))
+	}
 	regHostGuard(t)
 	d := testdocker.Start(t, o)
 	regWorld(t, d.NetNS)
@@ -173,7 +204,7 @@ func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
 	}
 
 	const image = "sforge-test/probe:1"
-	d.ImportImage(t, image, regRootfs(t, prefix))
+	d.ImportImage(t, image, rootfs)
 	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
 	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
 	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))
@@ -184,7 +215,7 @@ func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
 	checks, open := regRuntimeChecks(nb4, nb6)
 	script := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ") +
 		"; grep -E '^Cap(Eff|Bnd)' /proc/self/status; if nslookup nb >/dev/null 2>&1; then echo DNS=ok; else echo DNS=fail; fi"
-	return &dockerSforge{d: d, prefix: prefix, env: env, image: image, checks: checks, open: open, script: script}
+	return &dockerSforge{d: d, prefix: prefix, env: env, image: image, checks: checks, open: open, script: script, shimConfig: shimConfig}
 }
 
 // run runs the script in a container on sfnet, with extra docker run
@@ -207,11 +238,11 @@ func (ds *dockerSforge) joinsNamespace(t *testing.T, xArgs ...string) {
 	d := ds.d
 	d.MustDocker(t, append(append([]string{"run", "-d", "--name", x, "--network", "sfnet"}, xArgs...), ds.image, "/bin/sleep", "300")...)
 	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", x) })
-	before := frontCreates(t, dropped)
+	before := ds.frontCreates(t, dropped)
 	out := d.MustDocker(t, "run", "--rm", "--network", "container:"+x, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist,
 		ds.image, "/bin/sh", "-c", ds.script)
-	if n := frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+	if n := ds.frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
 	}
 	regExpect(t, out, ds.checks)
 	if !strings.Contains(out, "DNS=fail") {
@@ -243,10 +274,10 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	// has it (no group may open an ICMP socket): open it to the mapped
 	// groups, so that the probe's ICMP verdict is the rules'.
 	ping := "--sysctl=net.ipv4.ping_group_range=0 65535"
-	before := frontCreates(t, dropped)
+	before := ds.frontCreates(t, dropped)
 	out := ds.run(t, ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
-	if n := frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, shimLog(t))
+	if n := ds.frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
 	}
 	t.Logf("isolated container's report:\n%s", out)
 	regExpect(t, out, ds.checks)
@@ -268,25 +299,113 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
 }
 
-// frontCreates counts the isolated creates sforge-runtime's C front has
-// logged in the run's shim log whose line ends in tail: " front=c)", or
-// dropped for those that dropped CAP_NET_RAW.
+// TestRuntimeDockerRootless: rootless Docker (dockerd-rootless.sh, run by
+// testdocker.RootlessUser): rootlesskit gives dockerd, containerd, the
+// runtime and runc a user and network namespace of their own, and
+// slirp4netns connects from the test's namespace on their behalf. sforge
+// needs nothing else there: the runtime, registered by `sforge install
+// --docker` against the rootless daemon's socket and daemon.json, isolates
+// in its C front as on a rootful host (the probe matrix, neighbour and
+// embedded DNS included, CAP_NET_RAW gone), as the Go shim when the front
+// is off (it makes the namespace itself), and in a joined namespace, which
+// the poststop hook leaves clean.
+func TestRuntimeDockerRootless(t *testing.T) {
+	ds := newDockerSforge(t, testdocker.Options{Rootless: true})
+	// As under a remap, Docker leaves net.ipv4.ping_group_range closed in
+	// a rootless container: open it, so that the ICMP verdict is the
+	// rules'.
+	ping := "--sysctl=net.ipv4.ping_group_range=0 65535"
+	before := ds.frontCreates(t, dropped)
+	out := ds.run(t, ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
+	if n := ds.frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
+	}
+	t.Logf("isolated container's report:\n%s", out)
+	regExpect(t, out, ds.checks)
+	if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
+		t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
+	}
+	if !strings.Contains(out, "DNS=fail") {
+		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+	}
+	// The container's root is the user: the daemon ran rootless.
+	u, err := user.Lookup(testdocker.RootlessUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uidMap := ds.d.MustDocker(t, "run", "--rm", ds.image, "/bin/cat", "/proc/self/uid_map"); !rootIs(uidMap, u.Uid) {
+		t.Fatalf("uid_map %q, want root mapped to %s (uid %s): dockerd was not rootless", uidMap, u.Username, u.Uid)
+	}
+	t.Run("without allowlist", func(t *testing.T) {
+		regExpect(t, ds.run(t, ping, "--runtime", "sforge"), ds.open)
+	})
+	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
+	t.Run("Go shim", func(t *testing.T) {
+		// A second runtime, the same shim with its C front off
+		// (SFORGE_RUNTIME_NO_FRONT in its environment: daemon.json gives
+		// a runtime no environment, so a wrapper sets it).
+		wrapper := filepath.Join(ds.prefix, "bin", "sforge-runtime-go")
+		script := "#!/bin/sh\nSFORGE_RUNTIME_NO_FRONT=1 exec " + filepath.Join(ds.prefix, "bin", "sforge-runtime") + " \"$@\"\n"
+		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		b, err := os.ReadFile(ds.d.ConfigFile)
+		if err != nil || json.Unmarshal(b, &cfg) != nil {
+			t.Fatalf("daemon.json %q: %v", b, err)
+		}
+		runtimes, _ := cfg["runtimes"].(map[string]any)
+		if runtimes == nil {
+			t.Fatalf("daemon.json without runtimes: %s", b)
+		}
+		runtimes["sforge-go"] = map[string]any{"path": wrapper}
+		if err := ds.d.WriteConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := ds.d.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		// Reloaded when the daemon lists it.
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(ds.d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"), "sforge-go") {
+			if time.Now().After(deadline) {
+				t.Fatal("dockerd did not list runtime sforge-go after SIGHUP")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		const goLine = "isolated before start (netns=made-by-sforge engine="
+		before := strings.Count(ds.shimLog(t), goLine)
+		out := ds.run(t, ping, "--runtime", "sforge-go", "-e", "SFORGE_EGRESS="+regAllowlist)
+		regExpect(t, out, ds.checks)
+		if n := strings.Count(ds.shimLog(t), goLine); n != before+1 {
+			t.Errorf("the Go shim logged %d isolated creates in a namespace of its making for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
+		}
+	})
+}
+
+// dropped ends the shim log line of an isolated create by sforge-runtime's
+// C front that dropped CAP_NET_RAW (" front=c)" ends every one of its
+// creates).
+const dropped = " front=c), CAP_NET_RAW dropped"
+
+// shimLog is the run's shim log (main_test.go).
+func shimLog(t *testing.T) string { return shimLogOf(t, os.Getenv(shim.ConfigEnv)) }
+
+// frontCreates counts the run's shim log lines that end with tail.
 func frontCreates(t *testing.T, tail string) int {
 	return strings.Count(shimLog(t), tail)
 }
 
-const dropped = " front=c), CAP_NET_RAW dropped"
-
-// shimLog is the run's shim log (main_test.go).
-func shimLog(t *testing.T) string {
+// shimLogOf is the log that the runtime settings file config names.
+func shimLogOf(t *testing.T, config string) string {
 	t.Helper()
-	data, err := os.ReadFile(os.Getenv(shim.ConfigEnv))
+	data, err := os.ReadFile(config)
 	if err != nil {
-		t.Fatalf("the run's shim settings: %v", err)
+		t.Fatalf("the shim settings: %v", err)
 	}
 	var cfg shim.Config
 	if err := json.Unmarshal(data, &cfg); err != nil || cfg.Log == "" {
-		t.Fatalf("the run's shim settings %q: %v", data, err)
+		t.Fatalf("the shim settings %q: %v", data, err)
 	}
 	log, _ := os.ReadFile(cfg.Log)
 	return string(log)

@@ -12,13 +12,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sforge-dev/netiso/internal/testbin"
-	"github.com/sforge-dev/netiso/internal/testdocker"
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +28,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sforge-dev/netiso/internal/testbin"
+	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 )
 
@@ -526,4 +528,33 @@ func regChains(t *testing.T, n ns.NetNS) string {
 		return nil
 	})
 	return b.String()
+}
+
+// userPrefix copies the binaries of prefix/bin where the user called name
+// can run them (the module may sit under root's home, and runc runs a
+// rootless engine's hooks and runtime as that user) and makes a log
+// directory of the user's. It returns the new prefix and that directory.
+func userPrefix(t *testing.T, prefix, name string) (newPrefix, logDir string) {
+	t.Helper()
+	u, err := user.Lookup(name)
+	testenv.Require(t, err == nil, "no user "+name)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	base := t.TempDir()
+	newPrefix, logDir = filepath.Join(base, "prefix"), filepath.Join(base, "log")
+	for _, d := range []string{filepath.Join(newPrefix, "bin"), logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []string{"sforge", "sforge-runtime", "sforge-hook", "sforge-probe"} {
+		copyFile(t, filepath.Join(prefix, "bin", b), filepath.Join(newPrefix, "bin", b))
+	}
+	if err := os.Chown(logDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.SearchableAbove(logDir); err != nil {
+		t.Fatal(err)
+	}
+	return newPrefix, logDir
 }

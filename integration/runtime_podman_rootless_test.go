@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,32 +35,9 @@ func TestRuntimePodmanRootless(t *testing.T) {
 	regHostGuard(t)
 	u, err := user.Lookup(testpodman.RootlessUser)
 	testenv.Require(t, err == nil, "no user "+testpodman.RootlessUser)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-
-	// What runc runs as the user must be reachable by the user: copies
-	// of the binaries (the module may sit under root's home), the hooks.d
-	// files, and a log directory of the user's.
-	base := t.TempDir()
-	pfx := filepath.Join(base, "prefix")
-	if err := os.MkdirAll(filepath.Join(pfx, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []string{"sforge", "sforge-runtime", "sforge-hook"} {
-		copyFile(t, filepath.Join(prefix, "bin", b), filepath.Join(pfx, "bin", b))
-	}
-	hooks := filepath.Join(base, "hooks.d")
-	logDir := filepath.Join(base, "log")
-	if err := os.Mkdir(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(logDir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	pfx, logDir := userPrefix(t, prefix, u.Username)
+	hooks := filepath.Join(filepath.Dir(logDir), "hooks.d")
 	hookLog := filepath.Join(logDir, "hook.log")
-	if err := testenv.SearchableAbove(hookLog); err != nil {
-		t.Fatal(err)
-	}
 	if out, err := regSforge(t, pfx, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", pfx, "--hook-log", hookLog); err != nil {
 		t.Fatalf("sforge install --podman: %v\n%s", err, out)
 	}

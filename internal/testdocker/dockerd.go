@@ -14,7 +14,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,10 +40,28 @@ type Options struct {
 	// afterwards), and the daemon's directory lets others search it, as
 	// dockerd requires of every directory above a remapped data root.
 	UsernsRemap string
+	// Rootless runs dockerd as RootlessUser through dockerd-rootless.sh,
+	// as rootless Docker runs: rootlesskit gives it a user, mount and
+	// network namespace of its own, and slirp4netns connects from the
+	// test's namespace on its behalf. For the daemon's life the user gets
+	// RootlessBase.. as subordinate ids and /dev/net/tun is usable by
+	// all (both restored afterwards). The daemon's directory is the
+	// user's: what dockerd's containers run must be reachable by the user.
+	Rootless bool
+	// Env is added to dockerd's environment (a rootless dockerd gets
+	// only PATH, HOME, XDG_RUNTIME_DIR and these).
+	Env []string
 }
 
 // RemapBase is the host uid and gid of a remapped container's root.
 const RemapBase = 300000
+
+// The user a rootless dockerd runs as (it exists on every Debian), and the
+// first host id of its subordinate range.
+const (
+	RootlessUser = "nobody"
+	RootlessBase = 400000
+)
 
 // Daemon is a running private dockerd.
 type Daemon struct {
@@ -52,9 +72,11 @@ type Daemon struct {
 	PIDFile    string    // dockerd's pid file
 	ExecRoot   string    // --exec-root
 	NetNS      ns.NetNS  // the namespace dockerd and its containers live in
-	cmd        *exec.Cmd // the dockerd process
+	cmd        *exec.Cmd // the dockerd process (rootless: rootlesskit, its parent)
 	args       []string  // nsenter's, for Restart
+	env        []string
 	logPath    string
+	rootless   bool
 }
 
 // Start launches dockerd and waits (bounded) until its API answers. The
@@ -79,11 +101,17 @@ func Start(t testing.TB, o Options) *Daemon {
 		ExecRoot:   filepath.Join(dir, "exec"),
 		NetNS:      testenv.NewNetNS(t),
 		logPath:    filepath.Join(dir, "dockerd.log"),
+		rootless:   o.Rootless,
 	}
 	d.Host = "unix://" + d.Socket
 	cfg := o.DaemonConfig
 	if cfg == nil {
 		cfg = map[string]any{}
+	}
+	if o.Rootless {
+		// Masquerade IPv6 too (ip6tables, experimental in 20.10):
+		// slirp4netns answers only for its own prefix.
+		cfg["experimental"], cfg["ip6tables"] = true, true
 	}
 	if err := d.WriteConfig(cfg); err != nil {
 		t.Fatal(err)
@@ -93,9 +121,12 @@ func Start(t testing.TB, o Options) *Daemon {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	args := []string{
-		"--net=" + d.NetNS.Path(), "--",
-		"dockerd",
+	args := []string{"--net=" + d.NetNS.Path(), "--", "dockerd"}
+	d.env = append(os.Environ(), o.Env...)
+	if o.Rootless {
+		args = d.rootlessArgs(t, o.Env)
+	}
+	args = append(args,
 		"--data-root", filepath.Join(dir, "data"),
 		"--exec-root", d.ExecRoot,
 		"--pidfile", d.PIDFile,
@@ -103,7 +134,7 @@ func Start(t testing.TB, o Options) *Daemon {
 		"--config-file", d.ConfigFile,
 		"--userland-proxy=false",
 		"--log-level", "info",
-	}
+	)
 	if o.UsernsRemap != "" {
 		// dockerd looks both ranges up by the user's name.
 		user, _, _ := strings.Cut(o.UsernsRemap, ":")
@@ -124,8 +155,70 @@ func Start(t testing.TB, o Options) *Daemon {
 	return d
 }
 
+// rootlessIPv6Route gives a rootless daemon's network namespace the IPv6
+// address and default route slirp4netns advertises (prefix fd00::/64,
+// router fe80::2 on tap0): the kernel ignores the advertisements once
+// dockerd has turned forwarding on, which may come first.
+func (d *Daemon) rootlessIPv6Route() error {
+	pid := strconv.Itoa(d.PID())
+	for _, c := range [][]string{
+		{"ip", "-6", "addr", "replace", "fd00::100/64", "dev", "tap0", "nodad"},
+		{"ip", "-6", "route", "replace", "default", "via", "fe80::2", "dev", "tap0"},
+	} {
+		if out, err := exec.Command("nsenter", append([]string{"-t", pid, "-n"}, c...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("IPv6 in the rootless daemon's namespace: %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// rootlessArgs prepares a rootless daemon (Options.Rootless) and returns
+// nsenter's arguments up to dockerd's own.
+func (d *Daemon) rootlessArgs(t testing.TB, env []string) []string {
+	t.Helper()
+	for _, b := range []string{"rootlesskit", "slirp4netns", "newuidmap", "newgidmap"} {
+		testenv.RequireBinary(t, b)
+	}
+	script, err := exec.LookPath("dockerd-rootless.sh")
+	if err != nil {
+		script = "/usr/share/docker.io/contrib/dockerd-rootless.sh" // Debian's docker.io
+	}
+	_, err = os.Stat(script)
+	testenv.Require(t, err == nil, "dockerd-rootless.sh not found (Debian's docker.io has it in /usr/share/docker.io/contrib)")
+	u, err := user.Lookup(RootlessUser)
+	testenv.Require(t, err == nil, "no user "+RootlessUser+" to run a rootless dockerd as")
+	testenv.SubordinateIDs(t, RootlessUser, RootlessBase)
+	testenv.TunForAll(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	home, run := filepath.Join(d.Dir, "home"), filepath.Join(d.Dir, "run")
+	for _, dir := range []string{home, run} {
+		if err := os.Mkdir(dir, 0o700); err != nil { // the runtime dir must be the user's alone
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{d.Dir, home, run, d.ConfigFile} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// slirp4netns answers a container's ping with an ICMP socket of the
+	// user's, which needs its group in the range.
+	err = d.NetNS.Do(func(ns.NetNS) error {
+		return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// rootlesskit's network carries IPv6 only when asked.
+	d.env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_RUNTIME_DIR=" + run,
+		"DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS=--ipv6"}, env...)
+	return []string{"--net=" + d.NetNS.Path(), "--setuid", u.Uid, "--setgid", u.Gid, "--", script}
+}
+
 func (d *Daemon) launch(logf *os.File) error {
 	d.cmd = exec.Command("nsenter", d.args...)
+	d.cmd.Env = d.env
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	// Its own process group, so a Ctrl-C of `go test` reaches us first and
 	// cleanup stops it in order.
@@ -168,12 +261,25 @@ func (d *Daemon) WriteConfig(cfg map[string]any) error {
 	return os.WriteFile(d.ConfigFile, b, 0o644)
 }
 
-// PID is dockerd's process id (nsenter execs it, so it is the child's).
-func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+// PID is dockerd's process id: nsenter execs it, so it is the child's; a
+// rootless one is rootlesskit's child, named by its pid file.
+func (d *Daemon) PID() int {
+	if d.rootless {
+		b, _ := os.ReadFile(d.PIDFile)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid
+	}
+	return d.cmd.Process.Pid
+}
 
 // Reload sends SIGHUP, which makes dockerd re-read daemon.json (runtimes
 // included).
-func (d *Daemon) Reload() error { return d.cmd.Process.Signal(syscall.SIGHUP) }
+func (d *Daemon) Reload() error {
+	if pid := d.PID(); pid > 1 {
+		return syscall.Kill(pid, syscall.SIGHUP)
+	}
+	return errors.New("no dockerd pid")
+}
 
 // HTTPClient talks to the daemon's API socket.
 func (d *Daemon) HTTPClient() *http.Client {
@@ -186,7 +292,16 @@ func (d *Daemon) HTTPClient() *http.Client {
 	}
 }
 
+// waitReady waits until the API answers (a rootless daemon then gets its
+// IPv6 route).
 func (d *Daemon) waitReady(timeout time.Duration) error {
+	if err := d.waitAPI(timeout); err != nil || !d.rootless {
+		return err
+	}
+	return d.rootlessIPv6Route()
+}
+
+func (d *Daemon) waitAPI(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c := d.HTTPClient()
 	c.Timeout = 2 * time.Second
