@@ -32,6 +32,29 @@ package cfronttest
 // 	return cfront_nft_install(nsfd, table, a);
 // }
 //
+// // cfronttest_nft_install_by_child is cfront_nft_install with
+// // cf_nft_may_return's answer set to 0, as a thread in a user namespace
+// // that does not own its network namespace gets it (a rootless engine's
+// // hook): a child opens the socket, and the thread never moves.
+// static int cfronttest_nft_install_by_child(int nsfd, const char *table, const struct cfront_allowlist *a) {
+// 	int was = cf_nft_may_return_known;
+// 	cf_nft_may_return_known = 0;
+// 	int r = cfront_nft_install(nsfd, table, a);
+// 	cf_nft_may_return_known = was;
+// 	return r;
+// }
+//
+// // cfronttest_nft_install_stuck_by_child is cfronttest_nft_install_by_child
+// // on a thread that could not come back (cfronttest_nft_install_stuck's
+// // filter).
+// static int cfronttest_nft_install_stuck_by_child(int nsfd, const char *table, const struct cfront_allowlist *a) {
+// 	int was = cf_nft_may_return_known;
+// 	cf_nft_may_return_known = 0;
+// 	int r = cfronttest_nft_install_stuck(nsfd, table, a);
+// 	cf_nft_may_return_known = was;
+// 	return r;
+// }
+//
 // // cfronttest_nft_dump sends a GET dump request (family inet; the table,
 // // then the attribute a2 with v2, when given) and hands each answer to
 // // fn, until NLMSG_DONE. 1 when it ended well; 0 on an error (errno set).
@@ -207,6 +230,63 @@ func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno
 	}()
 	res := <-done
 	return res.rules, res.errno, res.inTarget, res.err
+}
+
+// NFTInstallByChild is NFTInstall with the C told that its thread could
+// not come back from the namespace: a child opens the socket there.
+func NFTInstallByChild(nsPath, table string, a policy.Allowlist) (int, error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, err
+	}
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfronttest_nft_install_by_child(fd, t, ca)
+		return r, err
+	})
+	return int(n), err
+}
+
+// NFTInstallStuckByChild runs NFTInstallByChild's install as
+// NFTInstallStuck does (the way back refused). It returns the C's result
+// and whether the thread was left in its own network namespace.
+func NFTInstallStuckByChild(nsPath, table string, a policy.Allowlist) (rules int, stayed bool, err error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, false, err
+	}
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false, fmt.Errorf("failed to open %s: %w", nsPath, err)
+	}
+	defer unix.Close(fd)
+	ctable := C.CString(table)
+	defer C.free(unsafe.Pointer(ctable))
+	type result struct {
+		rules  int
+		stayed bool
+		err    error
+	}
+	done := make(chan result)
+	go func() {
+		// Locked and never unlocked, as NFTInstallStuck's: the filter
+		// stays with the thread, which the runtime ends with this
+		// goroutine.
+		runtime.LockOSThread()
+		var before, after unix.Stat_t
+		if err := unix.Stat("/proc/thread-self/ns/net", &before); err != nil {
+			done <- result{err: err}
+			return
+		}
+		r, errno := C.cfronttest_nft_install_stuck_by_child(C.int(fd), ctable, ca)
+		if r == -3 {
+			done <- result{err: fmt.Errorf("seccomp filter: %w", errno)}
+			return
+		}
+		err := unix.Stat("/proc/thread-self/ns/net", &after)
+		done <- result{int(r), before.Dev == after.Dev && before.Ino == after.Ino, err}
+	}()
+	res := <-done
+	return res.rules, res.stayed, res.err
 }
 
 // NFTVerify runs the C's comparison (verifyContent's mirror) on the table

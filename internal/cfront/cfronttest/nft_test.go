@@ -289,6 +289,36 @@ func TestNFTInstallCannotReturn(t *testing.T) {
 	}
 }
 
+// TestNFTInstallByChild: a thread that could not come back from the
+// target's namespace (the way back refused, and the C told so, as a
+// rootless engine's hook is by the ownership of its namespace) has a child
+// open the socket there: the install is whole and verified, the Go engine
+// finds what it would have made, and the thread never left its namespace.
+func TestNFTInstallByChild(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.NewNetNS(t)
+	const id = "cfront-nft-by-child"
+	table, err := policy.ChainName(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := policy.Allowlist{DNS: addrs("1.1.1.1"), Endpoints: []policy.Endpoint{endpoint(t, policy.TCP, "192.0.2.1/32", 443)}}
+	rules, stayed, err := NFTInstallStuckByChild(ns.Path(), table, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := nftables.New()
+	if rules <= 0 || !stayed {
+		t.Fatalf("C install by a child: %d rules, thread in its own namespace %v; want the plan's rules, true", rules, stayed)
+	}
+	if err := e.Check(engine.Target{NetNS: ns.Path(), ID: id}, a); err != nil {
+		t.Fatalf("Go check of the C install by a child: %v", err)
+	}
+	if err := e.Remove(engine.Target{NetNS: ns.Path(), ID: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // comparedAllowlists is an allowlist and others that differ from it in one
 // way each, for the tests of the C's comparison with its plan.
 func comparedAllowlists(t *testing.T) (policy.Allowlist, map[string]policy.Allowlist) {
