@@ -37,23 +37,7 @@ func TestRuntimeDocker(t *testing.T) {
 		t.Fatalf("sforge doctor: %v\n%s", err, out)
 	}
 
-	t.Run("isolated", func(t *testing.T) {
-		// sforge-runtime's C front does this create (it drops CAP_NET_RAW
-		// from config.json as the Go shim would): one more of its lines.
-		before := ds.frontCreates(t, dropped)
-		out := run(t, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
-		if n := ds.frontCreates(t, dropped); n != before+1 {
-			t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
-		}
-		t.Logf("isolated container's report:\n%s", out)
-		regExpect(t, out, checks)
-		if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
-			t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
-		}
-		if !strings.Contains(out, "DNS=fail") {
-			t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
-		}
-	})
+	t.Run("isolated", func(t *testing.T) { ds.isolated(t) })
 	// `--network container:X`.
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t) })
 	// A running isolated container: `docker exec` joins the container's
@@ -227,6 +211,28 @@ func (ds *dockerSforge) run(t *testing.T, extra ...string) string {
 	return ds.d.MustDocker(t, args...)
 }
 
+// isolated runs the script in an isolated container on sfnet (extra are
+// added to docker run) and checks it: sforge-runtime's C front did the
+// create (it drops CAP_NET_RAW from config.json as the Go shim would: one
+// more of its lines), the probe matrix, no CAP_NET_RAW, the neighbour's
+// name not resolved through Docker's embedded DNS.
+func (ds *dockerSforge) isolated(t *testing.T, extra ...string) {
+	t.Helper()
+	before := ds.frontCreates(t, dropped)
+	out := ds.run(t, append(extra, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)...)
+	if n := ds.frontCreates(t, dropped); n != before+1 {
+		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
+	}
+	t.Logf("isolated container's report:\n%s", out)
+	regExpect(t, out, ds.checks)
+	if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
+		t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
+	}
+	if !strings.Contains(out, "DNS=fail") {
+		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
+	}
+}
+
 // joinsNamespace runs an isolated container in the namespace of a plain
 // one, X (`--network container:X`; xArgs are added to X's docker run):
 // Docker names X's namespace by path (/proc/<pid>/ns/net). The C front adds
@@ -274,19 +280,7 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	// has it (no group may open an ICMP socket): open it to the mapped
 	// groups, so that the probe's ICMP verdict is the rules'.
 	ping := "--sysctl=net.ipv4.ping_group_range=0 65535"
-	before := ds.frontCreates(t, dropped)
-	out := ds.run(t, ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
-	if n := ds.frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
-	}
-	t.Logf("isolated container's report:\n%s", out)
-	regExpect(t, out, ds.checks)
-	if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
-		t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
-	}
-	if !strings.Contains(out, "DNS=fail") {
-		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
-	}
+	ds.isolated(t, ping)
 	// The container's root is the remap's first host uid.
 	uidMap := strings.Fields(ds.d.MustDocker(t, "run", "--rm", "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist, ds.image, "/bin/cat", "/proc/self/uid_map"))
 	if len(uidMap) != 3 || uidMap[0] != "0" || uidMap[1] != strconv.Itoa(testdocker.RemapBase) {
@@ -315,19 +309,7 @@ func TestRuntimeDockerRootless(t *testing.T) {
 	// a rootless container: open it, so that the ICMP verdict is the
 	// rules'.
 	ping := "--sysctl=net.ipv4.ping_group_range=0 65535"
-	before := ds.frontCreates(t, dropped)
-	out := ds.run(t, ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)
-	if n := ds.frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
-	}
-	t.Logf("isolated container's report:\n%s", out)
-	regExpect(t, out, ds.checks)
-	if capBit(t, out, "CapEff", capNetRaw) || capBit(t, out, "CapBnd", capNetRaw) {
-		t.Errorf("the isolated process holds CAP_NET_RAW:\n%s", out)
-	}
-	if !strings.Contains(out, "DNS=fail") {
-		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
-	}
+	ds.isolated(t, ping)
 	// The container's root is the user: the daemon ran rootless.
 	u, err := user.Lookup(testdocker.RootlessUser)
 	if err != nil {

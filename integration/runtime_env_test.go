@@ -259,22 +259,34 @@ func regDockerWithSforge(t *testing.T, prefix, image string) *testdocker.Daemon 
 // refused, loopback kept. open is the same checks all expected reachable,
 // for the control container without an allowlist.
 func regRuntimeChecks(nb4, nb6 string) (checks, open map[string]bool) {
+	checks, _ = regWorldChecks()
+	checks["tcp "+nb4+":9000"] = false
+	checks["tcp6 ["+nb6+"]:9000"] = false
+	return checks, regOpen(checks)
+}
+
+// regWorldChecks is regRuntimeChecks without a neighbour, for networks
+// that give each container a network of its own (slirp4netns).
+func regWorldChecks() (checks, open map[string]bool) {
 	checks = map[string]bool{
-		"tcp " + regJudgeTCP:      true,
-		"tcp " + regJudgeOther:    false,
-		"udp " + regJudgeUDP:      false,
-		"icmp " + regJudge4:       false,
-		"tcp " + regInternetTCP:   false,
-		"tcp6 " + regJudge6TCP:    false,
-		"tcp " + nb4 + ":9000":    false,
-		"tcp6 [" + nb6 + "]:9000": false,
-		"loopback 127.0.0.1":      true,
+		"tcp " + regJudgeTCP:    true,
+		"tcp " + regJudgeOther:  false,
+		"udp " + regJudgeUDP:    false,
+		"icmp " + regJudge4:     false,
+		"tcp " + regInternetTCP: false,
+		"tcp6 " + regJudge6TCP:  false,
+		"loopback 127.0.0.1":    true,
 	}
-	open = map[string]bool{}
+	return checks, regOpen(checks)
+}
+
+// regOpen is checks with every target reachable.
+func regOpen(checks map[string]bool) map[string]bool {
+	open := map[string]bool{}
 	for k := range checks {
 		open[k] = true
 	}
-	return checks, open
+	return open
 }
 
 func regProbeArgs(checks map[string]bool) []string {

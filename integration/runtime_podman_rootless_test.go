@@ -49,19 +49,7 @@ func TestRuntimePodmanRootless(t *testing.T) {
 
 	// The runtime matrix without the neighbour: slirp4netns gives each
 	// container a network of its own.
-	checks := map[string]bool{
-		"tcp " + regJudgeTCP:    true,
-		"tcp " + regJudgeOther:  false,
-		"udp " + regJudgeUDP:    false,
-		"icmp " + regJudge4:     false,
-		"tcp " + regInternetTCP: false,
-		"tcp6 " + regJudge6TCP:  false,
-		"loopback 127.0.0.1":    true,
-	}
-	open := map[string]bool{}
-	for k := range checks {
-		open[k] = true
-	}
+	checks, open := regWorldChecks()
 	probe := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ")
 	script := probe + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status; cat /proc/self/uid_map"
 	annotation := policy.AnnotationAssignment(regAllowlist)

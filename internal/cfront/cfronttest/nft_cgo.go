@@ -12,26 +12,6 @@ package cfronttest
 // #include <sys/stat.h>
 // #include <sys/syscall.h>
 //
-// // cfronttest_nft_install_stuck runs cfront_nft_install on a thread
-// // whose setns is refused (EPERM) for every descriptor but nsfd, by a
-// // seccomp filter on this thread alone: it enters the namespace and
-// // cannot come back, a failure nothing else can induce. -3 when the
-// // filter could not be set. The thread must never be used again.
-// static int cfronttest_nft_install_stuck(int nsfd, const char *table, const struct cfront_allowlist *a) {
-// 	struct sock_filter f[] = {
-// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 0, 3),
-// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), // the low half (little endian)
-// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nsfd, 1, 0),
-// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-// 	};
-// 	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-// 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-// 		return -3;
-// 	return cfront_nft_install(nsfd, table, a);
-// }
-//
 // // cfronttest_nft_install_by_child is cfront_nft_install with
 // // cf_nft_may_return's answer set to 0, as a thread in a user namespace
 // // that does not own its network namespace gets it (a rootless engine's
@@ -44,15 +24,25 @@ package cfronttest
 // 	return r;
 // }
 //
-// // cfronttest_nft_install_stuck_by_child is cfronttest_nft_install_by_child
-// // on a thread that could not come back (cfronttest_nft_install_stuck's
-// // filter).
-// static int cfronttest_nft_install_stuck_by_child(int nsfd, const char *table, const struct cfront_allowlist *a) {
-// 	int was = cf_nft_may_return_known;
-// 	cf_nft_may_return_known = 0;
-// 	int r = cfronttest_nft_install_stuck(nsfd, table, a);
-// 	cf_nft_may_return_known = was;
-// 	return r;
+// // cfronttest_nft_install_stuck runs cfront_nft_install (by_child:
+// // cfronttest_nft_install_by_child) on a thread whose setns is refused
+// // (EPERM) for every descriptor but nsfd, by a seccomp filter on this
+// // thread alone: once in the namespace it cannot come back, a failure
+// // nothing else can induce. -3 when the filter could not be set. The
+// // thread must never be used again.
+// static int cfronttest_nft_install_stuck(int nsfd, const char *table, const struct cfront_allowlist *a, int by_child) {
+// 	struct sock_filter f[] = {
+// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 0, 3),
+// 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), // the low half (little endian)
+// 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nsfd, 1, 0),
+// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+// 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+// 	};
+// 	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+// 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+// 		return -3;
+// 	return by_child ? cfronttest_nft_install_by_child(nsfd, table, a) : cfront_nft_install(nsfd, table, a);
 // }
 //
 // // cfronttest_nft_dump sends a GET dump request (family inet; the table,
@@ -197,6 +187,30 @@ func NFTInstall(nsPath, table string, a policy.Allowlist) (int, error) {
 // It returns the C's result with its errno, and whether the thread was
 // left in the namespace at nsPath. The thread ends with it.
 func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno error, inTarget bool, err error) {
+	return onStuckThread(nsPath, table, a, false)
+}
+
+// NFTInstallByChild is NFTInstall with the C told that its thread could
+// not come back from the namespace: a child opens the socket there.
+func NFTInstallByChild(nsPath, table string, a policy.Allowlist) (int, error) {
+	ca, err := cAllowlist(a)
+	if err != nil {
+		return 0, err
+	}
+	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
+		r, err := C.cfronttest_nft_install_by_child(fd, t, ca)
+		return r, err
+	})
+	return int(n), err
+}
+
+// NFTInstallStuckByChild is NFTInstallStuck for NFTInstallByChild's
+// install: the thread, told it cannot come back, must never have left.
+func NFTInstallStuckByChild(nsPath, table string, a policy.Allowlist) (rules int, errno error, inTarget bool, err error) {
+	return onStuckThread(nsPath, table, a, true)
+}
+
+func onStuckThread(nsPath, table string, a policy.Allowlist, byChild bool) (rules int, errno error, inTarget bool, err error) {
 	ca, err := cAllowlist(a)
 	if err != nil {
 		return 0, nil, false, err
@@ -219,7 +233,11 @@ func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno
 		// Locked and never unlocked: the runtime ends the thread, with its
 		// filter and its namespace, when this goroutine returns.
 		runtime.LockOSThread()
-		r, errno := C.cfronttest_nft_install_stuck(C.int(fd), ctable, ca)
+		child := C.int(0)
+		if byChild {
+			child = 1
+		}
+		r, errno := C.cfronttest_nft_install_stuck(C.int(fd), ctable, ca, child)
 		if r == -3 {
 			done <- result{err: fmt.Errorf("seccomp filter: %w", errno)}
 			return
@@ -230,63 +248,6 @@ func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno
 	}()
 	res := <-done
 	return res.rules, res.errno, res.inTarget, res.err
-}
-
-// NFTInstallByChild is NFTInstall with the C told that its thread could
-// not come back from the namespace: a child opens the socket there.
-func NFTInstallByChild(nsPath, table string, a policy.Allowlist) (int, error) {
-	ca, err := cAllowlist(a)
-	if err != nil {
-		return 0, err
-	}
-	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
-		r, err := C.cfronttest_nft_install_by_child(fd, t, ca)
-		return r, err
-	})
-	return int(n), err
-}
-
-// NFTInstallStuckByChild runs NFTInstallByChild's install as
-// NFTInstallStuck does (the way back refused). It returns the C's result
-// and whether the thread was left in its own network namespace.
-func NFTInstallStuckByChild(nsPath, table string, a policy.Allowlist) (rules int, stayed bool, err error) {
-	ca, err := cAllowlist(a)
-	if err != nil {
-		return 0, false, err
-	}
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, false, fmt.Errorf("failed to open %s: %w", nsPath, err)
-	}
-	defer unix.Close(fd)
-	ctable := C.CString(table)
-	defer C.free(unsafe.Pointer(ctable))
-	type result struct {
-		rules  int
-		stayed bool
-		err    error
-	}
-	done := make(chan result)
-	go func() {
-		// Locked and never unlocked, as NFTInstallStuck's: the filter
-		// stays with the thread, which the runtime ends with this
-		// goroutine.
-		runtime.LockOSThread()
-		var before, after unix.Stat_t
-		if err := unix.Stat("/proc/thread-self/ns/net", &before); err != nil {
-			done <- result{err: err}
-			return
-		}
-		r, errno := C.cfronttest_nft_install_stuck_by_child(C.int(fd), ctable, ca)
-		if r == -3 {
-			done <- result{err: fmt.Errorf("seccomp filter: %w", errno)}
-			return
-		}
-		err := unix.Stat("/proc/thread-self/ns/net", &after)
-		done <- result{int(r), before.Dev == after.Dev && before.Ino == after.Ino, err}
-	}()
-	res := <-done
-	return res.rules, res.stayed, res.err
 }
 
 // NFTVerify runs the C's comparison (verifyContent's mirror) on the table

@@ -303,13 +303,13 @@ func TestNFTInstallByChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := policy.Allowlist{DNS: addrs("1.1.1.1"), Endpoints: []policy.Endpoint{endpoint(t, policy.TCP, "192.0.2.1/32", 443)}}
-	rules, stayed, err := NFTInstallStuckByChild(ns.Path(), table, a)
+	rules, errno, inTarget, err := NFTInstallStuckByChild(ns.Path(), table, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := nftables.New()
-	if rules <= 0 || !stayed {
-		t.Fatalf("C install by a child: %d rules, thread in its own namespace %v; want the plan's rules, true", rules, stayed)
+	if rules <= 0 || inTarget {
+		t.Fatalf("C install by a child: %d rules (%v), thread moved to the target's namespace %v; want the plan's rules, false", rules, errno, inTarget)
 	}
 	if err := e.Check(engine.Target{NetNS: ns.Path(), ID: id}, a); err != nil {
 		t.Fatalf("Go check of the C install by a child: %v", err)
