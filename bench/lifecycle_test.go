@@ -115,6 +115,15 @@ func hooksdEntries(bin, log string, args ...string) map[string][]lifecycle.Hook 
 	return h
 }
 
+// runEnv is the environment `sforge run` gives an agent besides the
+// allowlist, as it gives it for examples/hello-judge (the config.json of
+// TestLauncherRootless's run): Docker writes the prompt's newlines as
+// JSON escapes, which the fronts' readers must pass over.
+var runEnv = []string{
+	"SFORGE_AGENT_QUERY=Say hello to the judge, then check that nothing else is reachable.\n\nNetwork access is restricted: only the Judge server and the AI API are reachable; all dependencies are preinstalled; do not try to download anything.",
+	"SFORGE_JUDGE_URL=http://198.51.100.10:8080",
+}
+
 func BenchmarkLifecycle(b *testing.B) {
 	hookRequire(b)
 	if err := lifecycle.SetSubreaper(); err != nil {
@@ -195,8 +204,12 @@ func BenchmarkLifecycle(b *testing.B) {
 				mark = ` front=c)"`
 			}
 		}
+		env := []string{policy.EnvVar + "=" + hookAnnotation(b, size)}
+		if asRun {
+			env = append(runEnv, env...)
+		}
 		add(&lcContender{group: group, name: name, base: base, rt: rt, mark: mark,
-			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: drop, Env: []string{policy.EnvVar + "=" + hookAnnotation(b, size)}}),
+			bundle: newBundle(lifecycle.Options{Template: template, NetNS: netns, DropCaps: drop, Env: env}),
 			isoLog: log, isoKind: "shim", isolated: true})
 	}
 	hookBinary := func(bin, label, group, template, netns string, base *lcContender, engineName string, size int) {

@@ -80,13 +80,20 @@ func randSuffix() string {
 // something), imports the busybox image and starts the servers.
 func newLauncherEnv(t *testing.T, daemonConfig map[string]any) *launcherEnv {
 	t.Helper()
+	return newLauncherEnvWith(t, testdocker.Options{DaemonConfig: daemonConfig})
+}
+
+// newLauncherEnvWith is newLauncherEnv for a daemon of o (a rootless
+// one, say); o.DaemonConfig gets IPv6 on.
+func newLauncherEnvWith(t *testing.T, o testdocker.Options) *launcherEnv {
+	t.Helper()
 	testenv.RequireRoot(t)
-	if daemonConfig == nil {
-		daemonConfig = map[string]any{}
+	if o.DaemonConfig == nil {
+		o.DaemonConfig = map[string]any{}
 	}
-	daemonConfig["ipv6"] = true
-	daemonConfig["fixed-cidr-v6"] = "2001:db8:1::/64"
-	d := testdocker.Start(t, testdocker.Options{DaemonConfig: daemonConfig})
+	o.DaemonConfig["ipv6"] = true
+	o.DaemonConfig["fixed-cidr-v6"] = "2001:db8:1::/64"
+	d := testdocker.Start(t, o)
 	e := &launcherEnv{d: d}
 	importBusybox(t, d)
 	e.startServers(t)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -12,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/hook"
+	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/launcher/docker"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // requireIsolationPieces checks that bin/ holds a working runtime shim and
@@ -46,37 +50,8 @@ func TestLauncherIsolated(t *testing.T) {
 	runtime := requireIsolationPieces(t)
 	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
 	example := filepath.Join(repoRoot(t), "examples", "hello-judge")
-	forbidden := "FORBIDDEN_URLS=" + strings.Join([]string{e.forbiddenURL, e.judgeOtherPortURL, e.v6URL}, " ")
 
-	t.Run("hello-judge: judge reachable, everything else refused", func(t *testing.T) {
-		report := filepath.Join(t.TempDir(), "report.json")
-		code, out, errOut := e.run(t, []string{forbidden}, "--task", example, "--agent", "command",
-			"--judge-url", e.judgeURL, "--env", "FORBIDDEN_URLS", "--report", report)
-		if code != 0 {
-			t.Fatalf("exit %d (2 means a leak)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
-		}
-		for _, want := range []string{
-			"Network access is restricted",
-			"agent: the judge answered: judge: received 20 bytes, verdict: accepted",
-			"agent: trying a destination that is not the judge: " + e.forbiddenURL,
-			"agent: trying a destination that is not the judge: " + e.judgeOtherPortURL,
-			"agent: trying a destination that is not the judge: " + e.v6URL,
-			"agent: done",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("stdout lacks %q\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
-			}
-		}
-		if n := strings.Count(out, "refused, as expected"); n != 3 {
-			t.Errorf("%d destinations refused, want 3\nstdout:\n%s", n, out)
-		}
-		rep := readReport(t, report)
-		al, _ := rep["allowlist"].(map[string]any)
-		if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
-			t.Errorf("report %v", rep)
-		}
-		e.requireNoContainers(t)
-	})
+	t.Run("hello-judge: judge reachable, everything else refused", func(t *testing.T) { e.helloJudge(t, example) })
 
 	t.Run("the API endpoint is allowed too", func(t *testing.T) {
 		// The TEST-NET host plays the agent's API: now it must answer,
@@ -154,6 +129,80 @@ func TestLauncherIsolated(t *testing.T) {
 		}
 		e.requireNoContainers(t)
 	})
+}
+
+// helloJudge runs examples/hello-judge isolated: the judge answers; the
+// TEST-NET host, the judge's other port and the IPv6 host are refused; the
+// report says isolated with the judge's allowlist; no container is left.
+func (e *launcherEnv) helloJudge(t *testing.T, example string) {
+	t.Helper()
+	forbidden := "FORBIDDEN_URLS=" + strings.Join([]string{e.forbiddenURL, e.judgeOtherPortURL, e.v6URL}, " ")
+	report := filepath.Join(t.TempDir(), "report.json")
+	code, out, errOut := e.run(t, []string{forbidden}, "--task", example, "--agent", "command",
+		"--judge-url", e.judgeURL, "--env", "FORBIDDEN_URLS", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d (2 means a leak)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"Network access is restricted",
+		"agent: the judge answered: judge: received 20 bytes, verdict: accepted",
+		"agent: trying a destination that is not the judge: " + e.forbiddenURL,
+		"agent: trying a destination that is not the judge: " + e.judgeOtherPortURL,
+		"agent: trying a destination that is not the judge: " + e.v6URL,
+		"agent: done",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q\nstdout:\n%s\nstderr:\n%s", want, out, errOut)
+		}
+	}
+	if n := strings.Count(out, "refused, as expected"); n != 3 {
+		t.Errorf("%d destinations refused, want 3\nstdout:\n%s", n, out)
+	}
+	rep := readReport(t, report)
+	al, _ := rep["allowlist"].(map[string]any)
+	if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
+		t.Errorf("report %v", rep)
+	}
+	e.requireNoContainers(t)
+}
+
+// TestLauncherRootless: `sforge run --disable-internet` against rootless
+// Docker (dockerd-rootless.sh run by testdocker.RootlessUser, the sforge
+// runtime registered in its daemon.json): the same hello-judge run as
+// TestLauncherIsolated, and the exit code propagated; both creates are
+// the runtime's C front's.
+func TestLauncherRootless(t *testing.T) {
+	requireIsolationPieces(t)
+	prefix, logs := userPrefix(t, repoRoot(t), testdocker.RootlessUser)
+	config := filepath.Join(logs, "runtime.json")
+	cfg, err := json.Marshal(shim.Config{Log: filepath.Join(logs, "runtime.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newLauncherEnvWith(t, testdocker.Options{
+		Rootless:     true,
+		Env:          []string{shim.ConfigEnv + "=" + config, hook.LogEnv + "=" + filepath.Join(logs, "hook.log")},
+		DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
+	})
+	example := filepath.Join(repoRoot(t), "examples", "hello-judge")
+	t.Run("hello-judge: judge reachable, everything else refused", func(t *testing.T) { e.helloJudge(t, example) })
+	t.Run("exit code propagated", func(t *testing.T) {
+		code, out, errOut := e.run(t, nil, "--task", example, "--agent", "command", "--judge-url", e.judgeURL, "--", "/bin/sh", "-c", "exit 5")
+		if code != 5 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		e.requireNoContainers(t)
+	})
+	// Every create was the runtime's C front's: sforge run's environment
+	// (the prompt's newlines are JSON escapes in config.json) is not left
+	// to the Go shim.
+	log, _ := os.ReadFile(filepath.Join(logs, "runtime.log"))
+	if all, c := strings.Count(string(log), "isolated before start"), strings.Count(string(log), " front=c)"); all != 2 || c != all {
+		t.Errorf("%d isolated creates, %d of them by the C front; want 2, both:\n%s", all, c, log)
+	}
 }
 
 type staticResolver map[string]netip.Addr

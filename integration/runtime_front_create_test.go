@@ -338,23 +338,36 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatal("the container's process ran")
 		}
 	})
-	t.Run("left to Go", func(t *testing.T) {
-		// A JSON escape in the environment (encoding/json writes "<" as
-		// \u003c): the front does not decode the strings it reads, the Go
-		// shim does the create (it makes the namespace, here). Escapes in
-		// what the front skips (arguments, other annotations) are fine.
-		s := newShimRuntime(t, engines.Auto)
-		b, _ := bundle(t, false, func(sp *specs.Spec) { sp.Process.Env = append(sp.Process.Env, "NOTE=<escaped>") })
-		const id = "front-left-to-go"
-		if _, err := s.create(t, b, id); err != nil {
-			t.Fatalf("create: %v\n%s", err, s.output(b, id))
-		}
-		s.must(t, "delete", "--force", id)
-		log, _ := os.ReadFile(s.logPath())
-		if !bytes.Contains(log, []byte("container "+id+": isolated before start (netns=made-by-sforge")) || bytes.Contains(log, []byte("front=c")) {
-			t.Fatalf("shim log %q, want the Go shim's made namespace", log)
-		}
-	})
+	for _, tc := range []struct {
+		name, env, want string
+	}{
+		// JSON escapes in the environment (encoding/json writes "<" as
+		// \u003c, a newline as \n): the front does not decode the strings
+		// it reads. An entry that is plainly not the allowlist's before
+		// its first escape (sforge run's prompt) is not ours: the front's
+		// create. One whose escape comes within "SFORGE_EGRESS=" may be
+		// (here it decodes to another name, which only Go can tell): the
+		// Go shim's create (it makes the namespace, here).
+		{"escaped environment", "NOTE=<escaped>\nacross lines", " front=c)"},
+		{"left to Go", "SFORGE_EGRESS<X=1", "(netns=made-by-sforge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newShimRuntime(t, engines.Auto)
+			b, _ := bundle(t, false, func(sp *specs.Spec) { sp.Process.Env = append(sp.Process.Env, tc.env) })
+			if raw, _ := os.ReadFile(filepath.Join(b.Dir, "config.json")); !bytes.Contains(raw, []byte(`\u003c`)) {
+				t.Fatalf("config.json holds no escape:\n%s", raw)
+			}
+			id := "front-" + strings.ReplaceAll(tc.name, " ", "-")
+			if _, err := s.create(t, b, id); err != nil {
+				t.Fatalf("create: %v\n%s", err, s.output(b, id))
+			}
+			s.must(t, "delete", "--force", id)
+			log, _ := os.ReadFile(s.logPath())
+			if !bytes.Contains(log, []byte("container "+id+": isolated before start")) || !bytes.Contains(log, []byte(tc.want)) {
+				t.Fatalf("shim log %q, want %q", log, tc.want)
+			}
+		})
+	}
 }
 
 // netnsOwner names the user namespace that owns pid's network namespace.

@@ -401,6 +401,12 @@ var decideCases = []struct {
 	{"escaped argument", `{"annotations":{"sforge.io/egress":"v1","note":"\u003c"},"process":{"args":["sh","-c","a \u0026\u0026 b"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
 	{"escaped annotation name", `{"annotations":{"sforge.io/egress":"v1","sforge.io\/egress":"v1;else:drop"},` + decideProcess + `,` + decideLinux + `}`, decideGo},
 	{"invalid escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\q"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
+	// Environment entries with escapes: not ours unless what comes
+	// before the first escape is, or begins, SFORGE_EGRESS=.
+	{"escaped environment", `{"process":{"env":["Q=a\nb \u0026 c","SFORGE_EGRESS=v1"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"escaped environment, not isolated", `{"process":{"env":["Q=a\nb"],` + decideCaps + `},` + decideLinux + `}`, decideNothing},
+	{"escaped allowlist name", `{"process":{"env":["SFORGE\u005fEGRESS=v1;else:drop"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
+	{"escaped allowlist", `{"process":{"env":["SFORGE_EGRESS=v1;tcp:1.2.3.4:\u0034"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
 }
 
 const (

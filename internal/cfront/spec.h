@@ -323,9 +323,25 @@ static inline int cfront_env_element(struct cfront_json *j, void *ctx) {
 	struct cfront_oci *sp = ctx;
 	const char *s;
 	size_t n, k = sizeof EGRESS_ENV - 1;
-	if (!cfront_text(j, &s, &n))
+	if (cfront_null(j))
+		return 1; // "" to Go: not ours
+	cfront_ws(&j->r);
+	const char *raw = j->r.p + 1; // the string's first byte
+	if (!cfront_escaped(&j->r, &s, &n))
 		return 0;
-	if (!s || n < k || memcmp(s, EGRESS_ENV, k) != 0)
+	if (!s) {
+		// An entry with an escape (a task's prompt with its newlines, a
+		// URL's "&" as encoding/json writes it: "\u0026"). What comes
+		// before its first backslash is what it decodes to first. Only
+		// if that starts with "SFORGE_EGRESS=", or is the beginning of it
+		// (an escape may spell the rest), can it be the allowlist's:
+		// Go's, then. Any other entry is not ours, whatever it holds.
+		size_t pre = (size_t)((const char *)memchr(raw, '\\', (size_t)(j->r.p - raw)) - raw);
+		if (memcmp(raw, EGRESS_ENV, pre < k ? pre : k) == 0)
+			sp->unsure = 1;
+		return 1;
+	}
+	if (n < k || memcmp(s, EGRESS_ENV, k) != 0)
 		return 1;
 	s += k, n -= k;
 	if (!cfront_ascii(s, n) || (sp->env && (n != sp->env_n || memcmp(s, sp->env_v, n) != 0)))

@@ -38,6 +38,11 @@ var planCases = []struct {
 	// \u0026: `sh -c 'a && b'`).
 	{"escaped argument", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["sh","-c","a \u0026\u0026 b \"\\/\n\ud800"],` + planCaps + `},` + planLinux + `}`, true},
 	{"escaped name, skipped", `{"hooks":{"pre\u0073tart":[{"path":"/x"}]},"annotations":{"sforge.io/egress":"v1","note":"\u003c"},` + planProcess + `,` + planLinux + `}`, true},
+	// Environment entries that are not the allowlist, escapes and all:
+	// sforge run's prompt with its newlines, a URL's "&".
+	{"escaped environment", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["A=\u003c"],` + planCaps + `},` + planLinux + `}`, true},
+	{"escaped environment, env allowlist", `{"process":{"env":["PATH=/bin","SFORGE_AGENT_QUERY=Say hello.\n\nNetwork access is restricted.","U=http://x/?a=1\u0026b=2","SFORGE_EGRESS=v1;tcp:198.51.100.10:8080","SFORGE_EGRES=\n","SFORGE_EGRESSX\u003d"],` + planCaps + `},` + planLinux + `}`, true},
+	{"escaped environment name", `{"process":{"env":["X\u0041=1","X\t=2","SFORGE_EGRESS=v1","SX\u0041=3"],` + planCaps + `},` + planLinux + `}`, true},
 	// CAP_NET_RAW dropped from config.json first, as the Go shim does.
 	{"NET_RAW", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_RAW"]}},` + planLinux + `}`, true},
 	{"net_raw spelled loosely", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"ambient":[" net_raw ", "CAP_KILL"]}},` + planLinux + `}`, true},
@@ -77,7 +82,13 @@ var planCases = []struct {
 	{"escaped", `{"annotations":{"sforge.io/egress":"v1;tcp:1.2.3.4:\u0034"},` + planProcess + `,` + planLinux + `}`, false},
 	{"escaped annotation name", `{"annotations":{"sforge.io/egress":"v1","sforge.io\/preisolated-netns":"/proc/1/fd/3"},` + planProcess + `,` + planLinux + `}`, false},
 	{"escaped member name", `{"annotations":{"sforge.io/egress":"v1"},"pro\u0063ess":{},` + planProcess + `,` + planLinux + `}`, false},
-	{"escaped environment", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["A=\u003c"],` + planCaps + `},` + planLinux + `}`, false},
+	// An environment entry with an escape may be the allowlist only if
+	// what comes before its first escape is, or begins, SFORGE_EGRESS=.
+	{"escaped allowlist", `{"process":{"env":["SFORGE_EGRESS=v1;tcp:1.2.3.4:\u0034"],` + planCaps + `},` + planLinux + `}`, false},
+	{"escaped allowlist name", `{"process":{"env":["SFORGE\u005fEGRESS=v1;else:drop"],` + planCaps + `},` + planLinux + `}`, false},
+	{"escaped allowlist name, beside the annotation", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["\u0053FORGE_EGRESS=v1;else:drop"],` + planCaps + `},` + planLinux + `}`, false},
+	{"escaped first byte", `{"process":{"env":["\u0041=1","SFORGE_EGRESS=v1"],` + planCaps + `},` + planLinux + `}`, false},
+	{"escaped equals sign", `{"process":{"env":["SFORGE_EGRESS\u003dv1","SFORGE_EGRESS=v1;else:drop"],` + planCaps + `},` + planLinux + `}`, false},
 	{"escaped capability", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_\u0052AW"]}},` + planLinux + `}`, false},
 	{"invalid escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\x"],` + planCaps + `},` + planLinux + `}`, false},
 	{"short escape", `{"annotations":{"sforge.io/egress":"v1"},"process":{"args":["\u12"],` + planCaps + `},` + planLinux + `}`, false},
