@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -176,21 +175,13 @@ func (d *Daemon) rootlessIPv6Route() error {
 // nsenter's arguments up to dockerd's own.
 func (d *Daemon) rootlessArgs(t testing.TB, env []string) []string {
 	t.Helper()
-	for _, b := range []string{"rootlesskit", "slirp4netns", "newuidmap", "newgidmap"} {
-		testenv.RequireBinary(t, b)
-	}
+	uid, gid := testenv.Rootless(t, RootlessUser, RootlessBase, "rootlesskit")
 	script, err := exec.LookPath("dockerd-rootless.sh")
 	if err != nil {
 		script = "/usr/share/docker.io/contrib/dockerd-rootless.sh" // Debian's docker.io
 	}
 	_, err = os.Stat(script)
 	testenv.Require(t, err == nil, "dockerd-rootless.sh not found (Debian's docker.io has it in /usr/share/docker.io/contrib)")
-	u, err := user.Lookup(RootlessUser)
-	testenv.Require(t, err == nil, "no user "+RootlessUser+" to run a rootless dockerd as")
-	testenv.SubordinateIDs(t, RootlessUser, RootlessBase)
-	testenv.TunForAll(t)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	home, run := filepath.Join(d.Dir, "home"), filepath.Join(d.Dir, "run")
 	for _, dir := range []string{home, run} {
 		if err := os.Mkdir(dir, 0o700); err != nil { // the runtime dir must be the user's alone
@@ -202,18 +193,11 @@ func (d *Daemon) rootlessArgs(t testing.TB, env []string) []string {
 			t.Fatal(err)
 		}
 	}
-	// slirp4netns answers a container's ping with an ICMP socket of the
-	// user's, which needs its group in the range.
-	err = d.NetNS.Do(func(ns.NetNS) error {
-		return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testenv.OpenPing(t, d.NetNS)
 	// rootlesskit's network carries IPv6 only when asked.
 	d.env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_RUNTIME_DIR=" + run,
 		"DOCKERD_ROOTLESS_ROOTLESSKIT_FLAGS=--ipv6"}, env...)
-	return []string{"--net=" + d.NetNS.Path(), "--setuid", u.Uid, "--setgid", u.Gid, "--", script}
+	return []string{"--net=" + d.NetNS.Path(), "--setuid", strconv.Itoa(uid), "--setgid", strconv.Itoa(gid), "--", script}
 }
 
 func (d *Daemon) launch(logf *os.File) error {

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // SubordinateIDs gives user the ids base..base+65535 in /etc/subuid and
@@ -87,4 +91,36 @@ func TunForAll(t testing.TB) {
 			t.Errorf("failed to restore the mode of %s (%v): %v", tun, mode, err)
 		}
 	})
+}
+
+// Rootless prepares the host for an engine run by the user called name,
+// as rootless podman and Docker run, until the test ends: the tools that
+// make its user namespace and network are required, the user gets
+// base..base+65535 as subordinate ids and /dev/net/tun is usable by all.
+// It returns the user's uid and gid.
+func Rootless(t testing.TB, name string, base int, tools ...string) (uid, gid int) {
+	t.Helper()
+	for _, b := range append([]string{"newuidmap", "newgidmap", "slirp4netns"}, tools...) {
+		RequireBinary(t, b)
+	}
+	u, err := user.Lookup(name)
+	Require(t, err == nil, "no user "+name+" to run a rootless engine as")
+	SubordinateIDs(t, name, base)
+	TunForAll(t)
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+// OpenPing lets every group open ICMP sockets in the network namespace n
+// (net.ipv4.ping_group_range): slirp4netns answers a container's ping
+// with an ICMP socket of the rootless engine's user.
+func OpenPing(t testing.TB, n ns.NetNS) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

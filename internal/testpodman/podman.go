@@ -156,36 +156,25 @@ tmp_dir = %q
 		if err := os.Chown(netDir, uid, gid); err != nil {
 			t.Fatal(err)
 		}
-		// slirp4netns answers a container's ping with an ICMP socket of
-		// the user's, which needs its group in the range.
-		err := p.NetNS.Do(func(ns.NetNS) error {
-			return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		testenv.OpenPing(t, p.NetNS)
 	}
 	t.Cleanup(func() { p.cleanup(t) })
 	return p
 }
 
 // rootlessSetup prepares what rootless podman needs that a root one does
-// not: the tools, subordinate ids, a usable tun device, and the user's own
-// directories under dir (home, runtime dir, storage).
+// not (testenv.Rootless) and the user's own directories under dir (home,
+// runtime dir, storage, tmp).
 func rootlessSetup(t testing.TB, dir string) *user.User {
 	t.Helper()
-	for _, b := range []string{"newuidmap", "newgidmap", "slirp4netns"} {
-		testenv.RequireBinary(t, b)
+	uid, gid := testenv.Rootless(t, RootlessUser, RootlessBase)
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		t.Fatal(err)
 	}
-	u, err := user.Lookup(RootlessUser)
-	testenv.Require(t, err == nil, "no user "+RootlessUser+" to run rootless podman as")
-	testenv.SubordinateIDs(t, RootlessUser, RootlessBase)
-	testenv.TunForAll(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	for _, d := range []string{"home", "run", "root", "tmp"} {
 		// The runtime dir must be the user's alone (podman checks).
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
