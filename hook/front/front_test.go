@@ -404,6 +404,7 @@ var decideCases = []struct {
 	// Environment entries with escapes: not ours unless what comes
 	// before the first escape is, or begins, SFORGE_EGRESS=.
 	{"escaped environment", `{"process":{"env":["Q=a\nb \u0026 c","SFORGE_EGRESS=v1"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
+	{"environment not ASCII", `{"process":{"env":["Q=向评测服务器问好。\n","SFORGE_EGRESS=v1"],` + decideCaps + `},` + decideLinux + `}`, decideInstall},
 	{"escaped environment, not isolated", `{"process":{"env":["Q=a\nb"],` + decideCaps + `},` + decideLinux + `}`, decideNothing},
 	{"escaped allowlist name", `{"process":{"env":["SFORGE\u005fEGRESS=v1;else:drop"],` + decideCaps + `},` + decideLinux + `}`, decideGo},
 	{"escaped allowlist", `{"process":{"env":["SFORGE_EGRESS=v1;tcp:1.2.3.4:\u0034"],` + decideCaps + `},` + decideLinux + `}`, decideGo},

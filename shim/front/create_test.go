@@ -42,6 +42,7 @@ var planCases = []struct {
 	// sforge run's prompt with its newlines, a URL's "&".
 	{"escaped environment", `{"annotations":{"sforge.io/egress":"v1"},"process":{"env":["A=\u003c"],` + planCaps + `},` + planLinux + `}`, true},
 	{"escaped environment, env allowlist", `{"process":{"env":["PATH=/bin","SFORGE_AGENT_QUERY=Say hello.\n\nNetwork access is restricted.","U=http://x/?a=1\u0026b=2","SFORGE_EGRESS=v1;tcp:198.51.100.10:8080","SFORGE_EGRES=\n","SFORGE_EGRESSX\u003d"],` + planCaps + `},` + planLinux + `}`, true},
+	{"environment not ASCII", `{"process":{"env":["SFORGE_AGENT_QUERY=向评测服务器问好，然后检查其他地址都不可达。\n\u2028","SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],` + planCaps + `},` + planLinux + `}`, true},
 	{"escaped environment name", `{"process":{"env":["X\u0041=1","X\t=2","SFORGE_EGRESS=v1","SX\u0041=3"],` + planCaps + `},` + planLinux + `}`, true},
 	// CAP_NET_RAW dropped from config.json first, as the Go shim does.
 	{"NET_RAW", `{"annotations":{"sforge.io/egress":"v1"},"process":{"capabilities":{"bounding":["CAP_NET_RAW"]}},` + planLinux + `}`, true},
