@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,7 +177,13 @@ func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
 	regWorld(t, d.NetNS)
 
 	env := []string{"DOCKER_HOST=" + d.Host}
-	out, err := regSforge(t, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix)
+	// A rootless daemon's user registers the runtime itself: its
+	// daemon.json, its dockerd to reload.
+	var as *syscall.Credential
+	if o.Rootless {
+		as = userCredential(t, testdocker.RootlessUser)
+	}
+	out, err := regSforgeAs(t, as, prefix, env, "install", "--docker", "--docker-config", d.ConfigFile, "--prefix", prefix)
 	if err != nil {
 		t.Fatalf("sforge install --docker: %v\n%s", err, out)
 	}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,10 +370,19 @@ func normalizeSave(s string) string {
 // regSforge runs the built sforge CLI with extra environment.
 func regSforge(t *testing.T, prefix string, env []string, args ...string) (string, error) {
 	t.Helper()
+	return regSforgeAs(t, nil, prefix, env, args...)
+}
+
+// regSforgeAs is regSforge run as the user cred names (nil: as the test).
+func regSforgeAs(t *testing.T, cred *syscall.Credential, prefix string, env []string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "sforge"), args...)
 	cmd.Env = append(os.Environ(), env...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()
@@ -540,6 +550,17 @@ func regChains(t *testing.T, n ns.NetNS) string {
 		return nil
 	})
 	return b.String()
+}
+
+// userCredential is the credential of the user called name, to run a
+// command as.
+func userCredential(t *testing.T, name string) *syscall.Credential {
+	t.Helper()
+	u, err := user.Lookup(name)
+	testenv.Require(t, err == nil, "no user "+name)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 // userPrefix copies the binaries of prefix/bin where the user called name
