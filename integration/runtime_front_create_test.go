@@ -347,9 +347,10 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		// its first escape (sforge run's prompt) is not ours: the front's
 		// create. One whose escape comes within "SFORGE_EGRESS=" may be
 		// (here it decodes to another name, which only Go can tell): the
-		// Go shim's create (it makes the namespace, here).
+		// Go shim's create (it makes the namespace, here), logged with the
+		// front's reason.
 		{"escaped environment", "NOTE=<escaped>\nacross lines", " front=c)"},
-		{"left to Go", "SFORGE_EGRESS<X=1", "(netns=made-by-sforge"},
+		{"left to Go", "SFORGE_EGRESS<X=1", " front=go: an allowlist or member the front is not sure of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newShimRuntime(t, engines.Auto)

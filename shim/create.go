@@ -75,7 +75,7 @@ func (s *Shim) create(a Args, args []string, p *plan) error {
 		// runc said why; it created nothing that outlives its failure.
 		return ExitStatus(code)
 	}
-	return s.finish(a, args, pidFile, p, time.Since(begin), "")
+	return s.finish(a, args, pidFile, p, time.Since(begin), s.frontNote())
 }
 
 // finish installs the rules in the container runc has just created, and

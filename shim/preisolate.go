@@ -183,10 +183,10 @@ func (s *Shim) preisolate(a Args, p *plan) error {
 		return &RefusedError{ID: a.ID, Cause: "failed to install the egress rules: " + err.Error(), Fix: "nothing was created; " + installFix(err)}
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s), %s dropped",
+		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s%s), %s dropped",
 			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
 			rep.Duration.Round(time.Microsecond), cpu.Round(time.Microsecond), time.Since(started).Round(time.Microsecond), sw,
-			p.prepared.Round(time.Microsecond), dropCapability)
+			p.prepared.Round(time.Microsecond), s.frontNote(), dropCapability)
 	}
 	return nil
 }

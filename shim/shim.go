@@ -111,6 +111,18 @@ type Shim struct {
 	// Created means that sforge-runtime's C front has run `runc create`
 	// already (front.Created) and left the rest to the shim: see adopt.
 	Created bool
+	// FrontLeft is why the C front left this isolated create to the shim
+	// (front.Left), logged with it: " front=go: <why>".
+	FrontLeft string
+}
+
+// frontNote is what the isolated create's log line says of the C front
+// when the Go shim did the create.
+func (s *Shim) frontNote() string {
+	if s.FrontLeft == "" {
+		return ""
+	}
+	return " front=go: " + s.FrontLeft
 }
 
 // Run handles one invocation (args without argv[0]). It returns nil when
@@ -476,7 +488,20 @@ func canonicalCap(c string) string {
 // Main is sforge-runtime's entry point. It returns the exit code when the
 // runtime was not exec'd. created is front.Created(): the C front has run
 // `runc create` for this command line already (see Shim.Created).
-func Main(args []string, created bool) int { return run(args, mainOptions{created: created}) }
+func Main(args []string, f FrontReport) int {
+	return run(args, mainOptions{created: f.Created, frontLeft: f.Left})
+}
+
+// FrontReport is what sforge-runtime's C front (shim/front) tells the Go
+// shim when it lets it run.
+type FrontReport struct {
+	// Created: the front ran `runc create` for an isolated container and
+	// left the rest to the shim (Shim.Created).
+	Created bool
+	// Left: why the front left an isolated create to the shim, "" when
+	// it made no such decision (Shim.FrontLeft).
+	Left string
+}
 
 // mainOptions are seams for the package's tests.
 type mainOptions struct {
@@ -484,6 +509,7 @@ type mainOptions struct {
 	hostNetNS   []string
 	noMadeNetNS bool
 	created     bool
+	frontLeft   string
 }
 
 func run(args []string, o mainOptions) int {
@@ -504,7 +530,7 @@ func run(args []string, o mainOptions) int {
 		return 1
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
-		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Created: o.created, Log: log}
+		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Created: o.created, FrontLeft: o.frontLeft, Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {

@@ -13,5 +13,8 @@ import (
 	"github.com/sforge-dev/netiso/shim/front"
 )
 
-// front.Created: the front ran `runc create` and left the rest to the shim.
-func main() { os.Exit(shim.Main(os.Args[1:], front.Created())) }
+// front.Created: the front ran `runc create` and left the rest to the
+// shim; front.Left: why it left an isolated create to the shim.
+func main() {
+	os.Exit(shim.Main(os.Args[1:], shim.FrontReport{Created: front.Created(), Left: front.Left()}))
+}

@@ -62,6 +62,12 @@ static const char *const host_namespaces[] = {"/proc/1/ns/net", "/proc/self/ns/n
 // the Go shim (front.Created).
 int sforge_front_created;
 
+// Why sforge_front_plan_create left an isolated create to the Go shim
+// (front.Left): the shim logs it with the create, so that a user can see
+// why a start took the slower path. NULL when the front made no such
+// decision.
+const char *sforge_front_left;
+
 // runc's container ids (libcontainer's idRegex, ^[\w+-\.]+$).
 static int runc_id(const char *s) {
 	if (!*s || strlen(s) >= 256)
@@ -273,6 +279,13 @@ static int write_spec(const char *bundle, const char *data, size_t n) {
 	return ok;
 }
 
+// left records why the front leaves a create to Go; it returns 0, the
+// plan's "not mine".
+static int left(const char *why) {
+	sforge_front_left = why;
+	return 0;
+}
+
 int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len, const struct sforge_front_cfg *c,
                              const char *listen_fds, const char *hook_log, struct sforge_front_plan *p) {
 	struct sforge_front_create_args a;
@@ -280,15 +293,16 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 	struct text hook_text; // until edit_spec has copied it
 	const char *engine = c->engine;
 	memset(p, 0, sizeof *p);
+	sforge_front_left = NULL;
 	// socket activation keeps runc's pid: the Go shim adds the hook.
 	if (listen_fds && *listen_fds)
-		return 0;
+		return left("socket activation (LISTEN_FDS)");
 	if (len > CFRONT_MAX_SPEC)
-		return 0; // the reader's bound, not the shim's: Go reads it
+		return left("config.json larger than the front reads"); // the reader's bound, not the shim's
 	if (*engine && strcmp(engine, "auto") != 0 && strcmp(engine, "nftables") != 0)
-		return 0;
+		return left("an iptables engine");
 	if (!sforge_front_create_args(argc, args, &a) || a.positional != 1 || !a.pid_file || !*a.pid_file || !runc_id(a.id))
-		return 0;
+		return left("a command line the front does not read (no --pid-file, or not one id)");
 	// The spec as the Go shim reads it (decide, Isolate, refuse): an
 	// allowlist, nothing else of sforge's, capabilities listed and none
 	// it would refuse (CAP_NET_RAW it drops, below), a network namespace
@@ -298,10 +312,20 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 	// namespace-first create needs the network namespace to belong to the
 	// user namespace, which only runc makes), and the host's root may
 	// enter, and write rules in, a namespace a child user namespace owns.
-	if (!cfront_read_spec(spec, len, &sp) || sp.unsure || sp.other || !(sp.ann || sp.env))
-		return 0;
-	if (!sp.process || !sp.caps || sp.admin_cap || !sp.net || sp.path_n >= sizeof p->netns)
-		return 0;
+	if (!cfront_read_spec(spec, len, &sp))
+		return left("config.json the front cannot read (an escape where it reads, or not JSON)");
+	if (sp.unsure)
+		return left("an allowlist or member the front is not sure of (repeated, null, escaped)");
+	if (sp.other)
+		return left("another sforge annotation");
+	if (!(sp.ann || sp.env))
+		return left("no allowlist where the front reads");
+	if (!sp.process || !sp.caps)
+		return left("no capabilities listed");
+	if (sp.admin_cap)
+		return left("CAP_NET_ADMIN or CAP_SYS_ADMIN listed");
+	if (!sp.net || sp.path_n >= sizeof p->netns)
+		return left("no network namespace of its own, or a path too long");
 	memcpy(p->netns, sp.path, sp.path_n);
 	p->netns[sp.path_n] = '\0';
 	if (sp.path_n) {
@@ -310,12 +334,14 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		// to report, as it is for the shim.
 		struct stat st;
 		if (stat(p->netns, &st) == 0 && cfront_host_ns(&st, host_namespaces))
-			return 0;
+			return left("the host's network namespace");
 	}
 	if (!(sp.ann ? cfront_allow_decode(sp.ann_v, sp.ann_n, &p->allow) : cfront_allow_decode(sp.env_v, sp.env_n, &p->allow)))
-		return 0; // Go refuses, with the decoder's message
-	if (!cfront_kernel_nft() || !cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
-		return 0;
+		return left("an allowlist that does not decode"); // Go refuses, with the decoder's message
+	if (!cfront_kernel_nft())
+		return left("no nf_tables in the kernel");
+	if (!cfront_chain_name(a.id, strlen(a.id), p->table, sizeof p->table))
+		return left("a container id the front does not name");
 	// The spec as the Go shim writes it: CAP_NET_RAW dropped, and for a
 	// namespace by path the poststop hook that removes the rules when the
 	// container is deleted (a namespace of its own takes them with it).
@@ -325,9 +351,9 @@ int sforge_front_plan_create(int argc, char **args, const char *spec, size_t len
 		if (sp.cap_lists[i].raw)
 			edits[k++] = (struct edit){sp.cap_lists[i].at, sp.cap_lists[i].end, &sp.cap_lists[i], NULL, 0};
 	if (sp.path_n && (k = plan_poststop(&sp, c, hook_log, edits, k, &hook_text)) < 0)
-		return 0;
+		return left("hooks the front does not add to (poststop listed, or escaped)");
 	if (k && !(p->edited = edit_spec(spec, len, edits, k, &p->edited_n)))
-		return 0; // a list too long to keep, or no memory
+		return left("a spec the front cannot rewrite"); // a list too long to keep, or no memory
 	p->value_off = (size_t)((sp.ann ? sp.ann_v : sp.env_v) - spec);
 	p->value_n = sp.ann ? sp.ann_n : sp.env_n;
 	strcpy(p->id, a.id);

@@ -114,6 +114,41 @@ func TestPlanCreate(t *testing.T) {
 	}
 }
 
+// TestPlanCreateSaysWhy: every create the front leaves to Go has a reason
+// (front.Left), which the Go shim logs with it; one it does has none.
+func TestPlanCreateSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--bundle", dir, "--pid-file", filepath.Join(dir, "init.pid"), "c1"}
+	want := map[string]string{
+		"escaped allowlist":        "not sure",
+		"NET_ADMIN":                "CAP_NET_ADMIN or CAP_SYS_ADMIN listed",
+		"no capabilities":          "no capabilities listed",
+		"host network":             "no network namespace",
+		"invalid allowlist":        "does not decode",
+		"malformed":                "cannot read",
+		"made namespace recorded":  "another sforge annotation",
+		"by path, poststop listed": "hooks the front does not add to",
+	}
+	for _, c := range planCases {
+		t.Run(c.name, func(t *testing.T) {
+			p, ok := planCreate(args, []byte(c.spec), defaultPlanEnv(t))
+			switch {
+			case ok && p.left != "":
+				t.Fatalf("the front creates, and says it left the create to Go: %q", p.left)
+			case !ok && p.left == "":
+				t.Fatal("the front leaves the create to Go without a reason")
+			case !ok && !strings.Contains(p.left, want[c.name]):
+				t.Fatalf("reason %q, want one with %q", p.left, want[c.name])
+			}
+		})
+	}
+	if _, ok := planCreate([]string{"--bundle", dir, "c1"}, []byte(planCases[0].spec), defaultPlanEnv(t)); ok {
+		t.Fatal("a create without --pid-file planned")
+	} else if l := Left(); !strings.Contains(l, "no --pid-file") {
+		t.Fatalf("reason %q for a create without --pid-file", l)
+	}
+}
+
 // planArgs are containerd's arguments after "create" (the bundle and pid
 // file are filled in).
 var planArgs = []string{"--bundle", "", "--pid-file", "", "c1"}

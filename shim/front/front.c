@@ -351,8 +351,11 @@ __attribute__((constructor)) static void sforge_front(void) {
 	int mine = strcmp(argv[i], "create") == 0 &&
 	           sforge_front_plan_create(argc - i - 1, argv + i + 1, spec, len, &c, getenv("LISTEN_FDS"), getenv("SFORGE_HOOK_LOG"), &p);
 	free(spec);
-	if (!mine)
+	if (!mine) {
+		if (strcmp(argv[i], "create") != 0)
+			sforge_front_left = "runc run (the front does creates)";
 		return;
+	}
 	sforge_front_isolated_create(&c, argv, i, &p, &begin);
 }
 

@@ -92,4 +92,6 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 // Set when runc has created the container and the Go shim must finish the
 // isolated create (install, or delete the container and fail).
 extern int sforge_front_created;
+// Why the front left an isolated create to the Go shim, or NULL.
+extern const char *sforge_front_left;
 #endif

@@ -17,3 +17,13 @@ const Built = true
 // then install the rules in the created container, or delete it and fail,
 // and must not run runc create again.
 func Created() bool { return C.sforge_front_created != 0 }
+
+// Left is why the front left an isolated create (or run) to the Go shim,
+// "" when it made no such decision (nothing of sforge's, another
+// command, or the front did it).
+func Left() string {
+	if C.sforge_front_left == nil {
+		return ""
+	}
+	return C.GoString(C.sforge_front_left)
+}

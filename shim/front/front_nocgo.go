@@ -7,3 +7,6 @@ const Built = false
 
 // Created is false: without the front, the Go shim does every create.
 func Created() bool { return false }
+
+// Left is "": without the front, nothing was left to the Go shim.
+func Left() string { return "" }

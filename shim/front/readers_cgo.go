@@ -127,6 +127,7 @@ type planned struct {
 	value              []byte // the allowlist as written in the spec
 	endpoints, dns     int
 	edited             []byte // the spec to write before runc create, nil for none
+	left               string // why the front left the create to Go (not ok)
 }
 
 // planEnv is what the front's create decision reads besides the command
@@ -157,7 +158,7 @@ func planCreate(args []string, spec []byte, e planEnv) (p planned, ok bool) {
 	cp := (*C.struct_sforge_front_plan)(C.calloc(1, C.sizeof_struct_sforge_front_plan))
 	defer C.free(unsafe.Pointer(cp))
 	if C.sforge_front_plan_create(C.int(len(args)), &cargs[0], (*C.char)(buf), C.size_t(len(spec)), cfg, clisten, clog, cp) == 0 {
-		return planned{}, false
+		return planned{left: Left()}, false
 	}
 	var edited []byte
 	if cp.edited != nil {
