@@ -33,6 +33,12 @@ import (
 // container without an allowlist).
 var BeforeInstall func()
 
+// FrontLeft, when set, tells why cmd/sforge-hook's C front left this
+// install to Go (hook/front.Left); the install's log line then ends in
+// " front=go: <why>", so that a user can see why a start took the slower
+// path.
+var FrontLeft func() string
+
 // Main runs the hook with the process's arguments (program name first) and
 // returns the exit status. Failures are one line on stderr.
 func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) string) int {
@@ -183,8 +189,14 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	if err != nil {
 		return refuse("failed to install the egress rules: "+err.Error(), installFix(err))
 	}
-	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s",
-		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond))
+	note := ""
+	if FrontLeft != nil {
+		if why := FrontLeft(); why != "" {
+			note = " front=go: " + why
+		}
+	}
+	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s%s",
+		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond), note)
 	return nil
 }
 

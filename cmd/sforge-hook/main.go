@@ -10,7 +10,7 @@ import (
 	"runtime"
 
 	"github.com/sforge-dev/netiso/hook"
-	_ "github.com/sforge-dev/netiso/hook/front"
+	"github.com/sforge-dev/netiso/hook/front"
 )
 
 func main() {
@@ -20,5 +20,6 @@ func main() {
 	// Only when there is an install: changing it stops the world, which a
 	// hook with nothing to do need not pay.
 	hook.BeforeInstall = func() { runtime.GOMAXPROCS(1) }
+	hook.FrontLeft = front.Left
 	os.Exit(hook.Main(os.Args, os.Stdin, os.Stderr, os.Getenv))
 }

@@ -247,16 +247,27 @@ static int decode_allowlist(const struct cfront_oci *sp, struct cfront_allowlist
 // when the rules must go in, DECIDE_GO for everything else, the Go hook's
 // refusals included, so that the user reads its message. host lists the
 // namespaces a container must not share (hook.hostNetNS).
+// Why the front left a createRuntime's install to the Go hook (front.Left),
+// logged by the Go hook with it; NULL when it made no such decision.
+const char *sforge_hook_front_left;
+
+// go_because records why the front leaves the install to Go.
+static int go_because(const char *why) {
+	sforge_hook_front_left = why;
+	return DECIDE_GO;
+}
+
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d) {
+	sforge_hook_front_left = NULL;
 	if (!nft_engine(engine))
-		return DECIDE_GO;
+		return go_because("an iptables engine");
 	struct state st;
 	struct cfront_oci sp;
 	char *data = read_bundle(buf, len, &st, &sp);
 	if (!data || !cfront_ascii(st.id, st.id_n) || st.id_n >= sizeof d->id) {
 		free(data);
-		return DECIDE_GO;
+		return go_because("a state or config.json the front cannot read (an escape where it reads, a member it is not sure of, or not JSON)");
 	}
 	if (!sp.ann && !sp.env) {
 		free(data);
@@ -264,17 +275,23 @@ int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, co
 	}
 	int ok = decode_allowlist(&sp, &d->allow);
 	free(data); // sp's strings point into it
-	if (!ok || st.pid <= 0 || !sp.net || !sp.process || !sp.caps || sp.admin_cap || sp.net_raw)
-		return DECIDE_GO;
+	if (!ok)
+		return go_because("an allowlist that does not decode");
+	if (st.pid <= 0 || !sp.net)
+		return go_because("no pid, or no network namespace");
+	if (!sp.process || !sp.caps || sp.admin_cap || sp.net_raw)
+		return go_because("capabilities the Go hook refuses, or none listed");
 	memcpy(d->id, st.id, st.id_n);
 	d->id[st.id_n] = '\0';
 	snprintf(d->netns, sizeof d->netns, "/proc/%ld/ns/net", st.pid);
 	// sharesNetNS: an error, or one of the host's namespaces.
 	struct stat nsb;
 	if (stat(d->netns, &nsb) != 0 || cfront_host_ns(&nsb, host))
-		return DECIDE_GO;
-	if (!cfront_kernel_nft() || !cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
-		return DECIDE_GO;
+		return go_because("the host's network namespace, or one it cannot inspect");
+	if (!cfront_kernel_nft())
+		return go_because("no nf_tables in the kernel");
+	if (!cfront_chain_name(st.id, st.id_n, d->table, sizeof d->table))
+		return go_because("a container id the front does not name");
 	return DECIDE_INSTALL;
 }
 
@@ -448,8 +465,10 @@ static int install_timed(const struct opts *o, const char *stage, const struct s
 		fprintf(stderr, "sforge-hook: container %s: %s: %s; %s\n", d->id, cause, strerror(err), fix);
 		return -1;
 	}
-	if (rules == 0)
+	if (rules == 0) {
+		sforge_hook_front_left = "its engine did not install (our table there already, or the kernel refused)";
 		return 0;
+	}
 	long long queued1 = cfront_run_delay(sched);
 	getrusage(RUSAGE_THREAD, &r1);
 	clock_gettime(CLOCK_MONOTONIC, &t1);

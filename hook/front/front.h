@@ -38,6 +38,8 @@ struct sforge_hook_decision {
 // config.json as hook.install does, up to the engine (see front.c).
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d);
+// Why the front left a createRuntime's install to the Go hook, or NULL.
+extern const char *sforge_hook_front_left;
 
 // What the front decided for a poststop whose namespace outlives the
 // container.

@@ -11,3 +11,12 @@ import _ "github.com/sforge-dev/netiso/internal/cfront"
 
 // Built reports whether the front is compiled in (cgo builds).
 const Built = true
+
+// Left is why the front left a createRuntime's install to the Go hook,
+// "" when it made no such decision.
+func Left() string {
+	if C.sforge_hook_front_left == nil {
+		return ""
+	}
+	return C.GoString(C.sforge_hook_front_left)
+}

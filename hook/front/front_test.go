@@ -423,7 +423,16 @@ func TestDecide(t *testing.T) {
 			if d.kind != c.want {
 				t.Fatalf("decision %d, want %d", d.kind, c.want)
 			}
+			// The Go hook logs why the front left it the install.
+			d = decide(decideState(t, []byte(c.spec), "decide-why"), engines.Auto, nil)
+			if why := Left(); (d.kind == decideGo) != (why != "") {
+				t.Fatalf("decision %d with reason %q: every decision for Go has one, no other", d.kind, why)
+			}
 		})
+	}
+	decide(decideState(t, []byte(decideCases[0].spec), "decide-why"), engines.IPTables, nil)
+	if why := Left(); why != "an iptables engine" {
+		t.Fatalf("reason %q for an iptables engine", why)
 	}
 	checkEngines(t, func(e string) int { return checkDecideAgrees(t, []byte(decideCases[0].spec), e).kind }, decideGo, decideInstall)
 }
