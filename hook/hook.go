@@ -117,8 +117,8 @@ func (h *Hook) Run(stage string, stdin io.Reader) error {
 	return nil
 }
 
-// engine opens the engine, where there is none yet, choosing (auto) by a
-// probe of the kernel in the container's namespace netns.
+// engine opens the engine, where there is none yet; auto chooses by a
+// probe of the kernel in netns, the container's network namespace.
 func (h *Hook) engine(netns string) (engine.Engine, error) {
 	if h.Engine == nil {
 		e, err := engines.Open(engines.Options{Name: h.EngineName, ProbeNetNS: netns})

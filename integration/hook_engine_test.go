@@ -69,6 +69,18 @@ func saveRules(t testing.TB, n ns.NetNS, b iptables.Backend, f policy.Family) st
 
 // requireNoChains fails when any sforge chain is left in n, on either
 // iptables backend, or any sforge table in nf_tables.
+// requireNoChainsOf is requireNoChains for the network namespace of
+// process pid (a container's, as its engine reports it).
+func requireNoChainsOf(t *testing.T, pid string) {
+	t.Helper()
+	n, err := ns.GetNS("/proc/" + strings.TrimSpace(pid) + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	requireNoChains(t, n)
+}
+
 func requireNoChains(t *testing.T, n ns.NetNS) {
 	t.Helper()
 	if left := nftOurs(t, n); len(left) > 0 {

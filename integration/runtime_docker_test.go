@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/shim"
@@ -261,13 +259,7 @@ func (ds *dockerSforge) joinsNamespace(t *testing.T, xArgs ...string) {
 	if !strings.Contains(out, "DNS=fail") {
 		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 	}
-	pid := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", x))
-	xns, err := ns.GetNS("/proc/" + pid + "/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer xns.Close()
-	requireNoChains(t, xns)
+	requireNoChainsOf(t, d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", x))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	after, _ := d.Docker(ctx, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(ds.open)...)...)

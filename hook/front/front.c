@@ -241,12 +241,6 @@ static int decode_allowlist(const struct cfront_oci *sp, struct cfront_allowlist
 	return sp->ann ? cfront_allow_decode(sp->ann_v, sp->ann_n, a) : cfront_allow_decode(sp->env_v, sp->env_n, a);
 }
 
-// decide is hook.install up to the engine, for what the front reads
-// without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
-// hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
-// when the rules must go in, DECIDE_GO for everything else, the Go hook's
-// refusals included, so that the user reads its message. host lists the
-// namespaces a container must not share (hook.hostNetNS).
 // Why the front left a createRuntime's install to the Go hook (front.Left),
 // logged by the Go hook with it; NULL when it made no such decision.
 const char *sforge_hook_front_left;
@@ -257,6 +251,12 @@ static int go_because(const char *why) {
 	return DECIDE_GO;
 }
 
+// decide is hook.install up to the engine, for what the front reads
+// without doubt: DECIDE_NOTHING when the container has no allowlist (the Go
+// hook touches nothing and logs nothing), DECIDE_INSTALL with *d filled in
+// when the rules must go in, DECIDE_GO for everything else, the Go hook's
+// refusals included, so that the user reads its message. host lists the
+// namespaces a container must not share (hook.hostNetNS).
 int sforge_hook_front_decide(const char *buf, size_t len, const char *engine, const char *const *host,
                              struct sforge_hook_decision *d) {
 	sforge_hook_front_left = NULL;
