@@ -64,7 +64,9 @@ type lcContender struct {
 }
 
 var (
-	shimInstallRe = regexp.MustCompile(`container (\S+): isolated before start \(.* install=(\S+) install-cpu=(\S+) total=`)
+	// shimInstallRe also reads the control windows of control-runtime
+	// (testdata/control-runtime.c), written in the front's words.
+	shimInstallRe = regexp.MustCompile(`container (\S+): (?:isolated before start|control window) \(.* install=(\S+) install-cpu=(\S+) total=`)
 	hookInstallRe = regexp.MustCompile(`install container=(\S+) .* duration=(\S+)`)
 )
 
