@@ -663,24 +663,8 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 	d := testdocker.Start(b, testdocker.Options{DaemonConfig: map[string]any{
 		"runtimes": map[string]any{"sforge": map[string]any{"path": shimBin}},
 	}})
-	rootfs := filepath.Join(dir, "image")
-	for _, sub := range []string{"bin", "etc", "proc", "sys", "dev"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if data, err := os.ReadFile(busybox); err != nil {
-		b.Fatal(err)
-	} else if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), data, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	for _, applet := range []string{"sh", "sleep"} {
-		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
-			b.Fatal(err)
-		}
-	}
 	const image = "sforge-bench/busybox:1"
-	d.ImportImage(b, image, rootfs)
+	d.ImportImage(b, image, busyboxRootfs(b, filepath.Join(dir, "image"), busybox, "sh", "sleep"))
 	res := concurrentResult{name: dockerScenario}
 	var ids []string
 	for round := range bursts {
@@ -730,6 +714,28 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 		b.Errorf("the shim logged errors:\n%s", out)
 	}
 	return res
+}
+
+// busyboxRootfs makes at rootfs an image's tree: busybox, the applets
+// named as links to it, and the directories a runtime mounts over.
+func busyboxRootfs(b *testing.B, rootfs, busybox string, applets ...string) string {
+	b.Helper()
+	for _, sub := range []string{"bin", "etc", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if data, err := os.ReadFile(busybox); err != nil {
+		b.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, applet := range applets {
+		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return rootfs
 }
 
 func nsFromPath(path string) (ns.NetNS, error) { return ns.GetNS(path) }

@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/bench/internal/timing"
+	"github.com/sforge-dev/netiso/hook/front"
+	"github.com/sforge-dev/netiso/internal/testdocker"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testpodman"
+	"github.com/sforge-dev/netiso/policy"
+	shimfront "github.com/sforge-dev/netiso/shim/front"
+)
+
+// Engine benchmarks: what isolation costs a `run --rm` of busybox `true`
+// as podman and Docker users start containers, root and rootless, sforge
+// registered as users register it. Each engine's isolated runs (the
+// allowlist, NET_RAW dropped) are compared with its plain runs of the
+// same image with NET_RAW dropped, all contenders interleaved round by
+// round with the first one rotated.
+//
+// Rootless engines are why these exist: rootless podman runs its hooks in
+// its user namespace and the host's network namespace, where the hook
+// cannot come back from the container's, so its engine opens the netlink
+// socket from a child (BenchmarkFrontInstall's "C by a child"); rootless
+// Docker runs the runtime in rootlesskit's namespaces. The lifecycle
+// benchmark's runc-level figures cannot show either; these do, with all
+// that the engine itself costs around them.
+
+// runContender is one way of starting a container with an engine.
+type runContender struct {
+	name string
+	run  func() error
+	base *runContender // the same engine's plain run; nil for a plain one
+	// log and mark: every isolated run writes one line with mark to log
+	// (its install, by the C front where it is built in).
+	log, mark string
+	s         timing.Samples
+}
+
+// engineRuns runs the contenders interleaved for the rounds, checks
+// that each isolated run was isolated and prints the table.
+func engineRuns(b *testing.B, title string, cs []*runContender) {
+	b.Helper()
+	nr := rounds(20)
+	load0 := loadAvg()
+	start := time.Now()
+	for range b.N {
+		for round := range nr {
+			for k := range cs {
+				c := cs[(k+round)%len(cs)]
+				t0 := time.Now()
+				if err := c.run(); err != nil {
+					b.Fatalf("%s: %v", c.name, err)
+				}
+				c.s = append(c.s, time.Since(t0))
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	keep := os.Getenv("SFORGE_BENCH_KEEP_LOGS")
+	for k, c := range cs {
+		if c.log == "" {
+			continue
+		}
+		data, err := os.ReadFile(c.log)
+		if err != nil {
+			b.Fatalf("%s: %v", c.name, err)
+		}
+		if keep != "" {
+			if err := os.WriteFile(filepath.Join(keep, fmt.Sprintf("%d-%s", k, filepath.Base(c.log))), data, 0o644); err != nil {
+				b.Error(err)
+			}
+		}
+		if got, want := strings.Count(string(data), c.mark), nr*b.N; got != want {
+			b.Fatalf("%s: %d of %d runs logged %q:\n%s", c.name, got, want, c.mark, data)
+		}
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%s, %d rounds interleaved in %s; load average %s -> %s\n", title, nr, elapsed.Round(time.Second), load0, loadAvg())
+	fmt.Fprintf(&out, "ms, median / p95; ratio = of medians to the same engine's plain run; paired = median of the per-round ratios\n")
+	fmt.Fprintf(&out, "%-38s %19s %7s %7s %9s\n", "contender", "run --rm", "ratio", "paired", "added")
+	for _, c := range cs {
+		ratio, paired, added := 1.0, 1.0, ""
+		if c.base != nil {
+			ratio, paired = timing.Ratio(c.s, c.base.s), timing.PairedRatio(c.s, c.base.s)
+			added = timing.Ms(c.s.Median() - c.base.s.Median())
+			b.ReportMetric(ratio, strings.Fields(strings.ReplaceAll(c.name, ",", ""))[1]+"-isolated/plain")
+		}
+		fmt.Fprintf(&out, "%-38s %8s / %8s %6.2fx %6.2fx %9s\n", c.name, timing.Ms(c.s.Median()), timing.Ms(c.s.P95()), ratio, paired, added)
+	}
+	fmt.Print(out.String())
+}
+
+// enginePrefix builds sforge's binaries into dir/prefix/bin, where an
+// unprivileged user reaches them, and returns the prefix.
+func enginePrefix(b *testing.B, dir string) string {
+	b.Helper()
+	prefix := filepath.Join(dir, "prefix")
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []string{"sforge", "sforge-hook", "sforge-runtime"} {
+		build(b, filepath.Join(prefix, "bin", c), "../cmd/"+c, "")
+	}
+	if err := testenv.SearchableAbove(prefix); err != nil {
+		b.Fatal(err)
+	}
+	return prefix
+}
+
+// engineLogDir makes dir/<mode>/log, the rootless engine's user's when
+// rootless.
+func engineLogDir(b *testing.B, dir, mode string, rootless bool) string {
+	b.Helper()
+	logDir := filepath.Join(dir, mode, "log")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if rootless {
+		u, err := user.Lookup(testpodman.RootlessUser) // the same user as testdocker's
+		testenv.Require(b, err == nil, "no user "+testpodman.RootlessUser)
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(logDir, uid, gid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return logDir
+}
+
+func engineModes() map[string]bool { return map[string]bool{"root": false, "rootless": true} }
+
+// BenchmarkPodman: podman 4.3, root and rootless, sforge-hook registered
+// by `sforge install --podman` in a hooks.d directory of each podman's
+// own; the plain runs carry no annotation, so podman adds no hook.
+func BenchmarkPodman(b *testing.B) {
+	hookRequire(b)
+	dir := b.TempDir()
+	prefix := enginePrefix(b, dir)
+	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), testenv.RequireBinary(b, "busybox"), "true")
+	const image = "localhost/sforge-bench/busybox:1"
+	annotation := policy.AnnotationAssignment(hookAnnotation(b, 4))
+	var cs []*runContender
+	for _, mode := range []string{"root", "rootless"} {
+		hooks := filepath.Join(dir, mode, "hooks.d")
+		log := filepath.Join(engineLogDir(b, dir, mode, engineModes()[mode]), "hook.log")
+		if out, err := exec.Command(filepath.Join(prefix, "bin", "sforge"), "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", log).CombinedOutput(); err != nil {
+			b.Fatalf("sforge install --podman: %v\n%s", err, out)
+		}
+		p := testpodman.New(b, testpodman.Options{HooksDir: hooks, Rootless: engineModes()[mode]})
+		p.ImportImage(b, image, rootfs)
+		run := func(args ...string) func() error {
+			return func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				out, err := p.Podman(ctx, append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, args...)...)
+				if err != nil {
+					return fmt.Errorf("%v\n%s", err, out)
+				}
+				return nil
+			}
+		}
+		mark := " install container="
+		if front.Built {
+			mark = " front=c\n"
+		}
+		plain := &runContender{name: "podman " + mode + ", plain", run: run(image, "/bin/true")}
+		cs = append(cs, plain, &runContender{name: "podman " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
+			run: run("--annotation", annotation, image, "/bin/true")})
+	}
+	engineRuns(b, "podman run --rm busybox true", cs)
+}
+
+// BenchmarkDocker: dockerd 20.10, root and rootless, sforge-runtime
+// registered in daemon.json as runtime "sforge"; the plain runs take runc.
+func BenchmarkDocker(b *testing.B) {
+	hookRequire(b)
+	dir := b.TempDir()
+	prefix := enginePrefix(b, dir)
+	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), testenv.RequireBinary(b, "busybox"), "true")
+	const image = "sforge-bench/busybox:1"
+	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
+	var cs []*runContender
+	for _, mode := range []string{"root", "rootless"} {
+		logDir := engineLogDir(b, dir, mode, engineModes()[mode])
+		log, cfg := filepath.Join(logDir, "runtime.log"), filepath.Join(logDir, "runtime.json")
+		data, _ := json.Marshal(map[string]string{"log": log, "hook": filepath.Join(prefix, "bin", "sforge-hook")})
+		if err := os.WriteFile(cfg, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		d := testdocker.Start(b, testdocker.Options{Rootless: engineModes()[mode],
+			DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
+			Env:          []string{"SFORGE_RUNTIME_CONFIG=" + cfg, "SFORGE_HOOK_LOG=" + filepath.Join(logDir, "hook.log")}})
+		d.ImportImage(b, image, rootfs)
+		run := func(args ...string) func() error {
+			return func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				out, err := d.Docker(ctx, append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, args...)...)
+				if err != nil {
+					return fmt.Errorf("%v\n%s", err, out)
+				}
+				return nil
+			}
+		}
+		mark := " isolated before start ("
+		if shimfront.Built {
+			mark = " front=c)" // the C front's create, as on a rootful host
+		}
+		plain := &runContender{name: "docker " + mode + ", plain (runc)", run: run("--runtime", "runc", image, "/bin/true")}
+		cs = append(cs, plain, &runContender{name: "docker " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
+			run: run("--runtime", "sforge", "-e", allow, image, "/bin/true")})
+	}
+	engineRuns(b, "docker run --rm busybox true", cs)
+}
