@@ -102,6 +102,22 @@ func engineRuns(b *testing.B, title string, cs []*runContender) {
 	fmt.Print(out.String())
 }
 
+// runWith makes a contender's run of `run --rm --cap-drop NET_RAW`
+// through an engine's command (podman's or docker's) with args added.
+func runWith(engine func(ctx context.Context, args ...string) (string, error)) func(args ...string) func() error {
+	return func(args ...string) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := engine(ctx, append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, args...)...)
+			if err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		}
+	}
+}
+
 // enginePrefix builds sforge's binaries into dir/prefix/bin, where an
 // unprivileged user reaches them, and returns the prefix.
 func enginePrefix(b *testing.B, dir string) string {
@@ -160,17 +176,7 @@ func BenchmarkPodman(b *testing.B) {
 		}
 		p := testpodman.New(b, testpodman.Options{HooksDir: hooks, Rootless: engineModes()[mode]})
 		p.ImportImage(b, image, rootfs)
-		run := func(args ...string) func() error {
-			return func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				out, err := p.Podman(ctx, append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, args...)...)
-				if err != nil {
-					return fmt.Errorf("%v\n%s", err, out)
-				}
-				return nil
-			}
-		}
+		run := runWith(p.Podman)
 		mark := " install container="
 		if front.Built {
 			mark = " front=c\n"
@@ -203,17 +209,7 @@ func BenchmarkDocker(b *testing.B) {
 			DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
 			Env:          []string{"SFORGE_RUNTIME_CONFIG=" + cfg, "SFORGE_HOOK_LOG=" + filepath.Join(logDir, "hook.log")}})
 		d.ImportImage(b, image, rootfs)
-		run := func(args ...string) func() error {
-			return func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				out, err := d.Docker(ctx, append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, args...)...)
-				if err != nil {
-					return fmt.Errorf("%v\n%s", err, out)
-				}
-				return nil
-			}
-		}
+		run := runWith(d.Docker)
 		mark := " isolated before start ("
 		if shimfront.Built {
 			mark = " front=c)" // the C front's create, as on a rootful host

@@ -17,6 +17,10 @@ import (
 // concurrent is how many containers start at once (the issue's 32).
 const concurrent = 32
 
+// concurrentChecks is what each of them probes: the judge reachable, the
+// internet and the judge's other port not.
+var concurrentChecks = map[string]bool{"tcp " + regJudgeTCP: true, "tcp " + regInternetTCP: false, "tcp " + regJudgeOther: false}
+
 // TestConcurrentHookIPTables: 32 runc containers whose hooks install with
 // the iptables engines at the same moment, so that they contend for the
 // xtables lock: every hook succeeds (none refused on lock contention) and
@@ -72,31 +76,9 @@ func TestConcurrentDocker(t *testing.T) {
 	regHostGuard(t)
 	const image = "sforge-test/conc:1"
 	d := regDockerWithSforge(t, prefix, image)
-	checks := map[string]bool{"tcp " + regJudgeTCP: true, "tcp " + regInternetTCP: false, "tcp " + regJudgeOther: false}
-	args := append([]string{"run", "--rm", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, image, "/sforge-probe"}, regProbeArgs(checks)...)
-
-	outs := make([]string, concurrent)
-	errs := make([]error, concurrent)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range outs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = d.Docker(t.Context(), args...)
-		}()
-	}
-	wg.Wait()
-	t.Logf("%d isolated containers through dockerd in %s", concurrent, time.Since(t0).Round(time.Millisecond))
-	for i, out := range outs {
-		// The probe exits 1 (forbidden checks fail, as they must); a
-		// refused start would print no probe line at all.
-		if !strings.Contains(out, `"check":"tcp"`) {
-			t.Errorf("container %d did not run: %v\n%s", i, errs[i], out)
-			continue
-		}
-		regExpect(t, out, checks)
-	}
+	probesAtOnce(t, concurrent, concurrentChecks, func(_ int, probe []string) (string, error) {
+		return d.Docker(t.Context(), append([]string{"run", "--rm", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, image}, probe...)...)
+	})
 	if left := strings.TrimSpace(d.MustDocker(t, "ps", "-aq")); left != "" {
 		t.Errorf("containers left: %s", left)
 	}

@@ -27,8 +27,6 @@ import (
 // benchmark's business (bench/concurrent_test.go); these tests only check
 // correctness under concurrency.
 
-const concurrentN = 32
-
 // atOnce runs f for 0..n-1 concurrently, released together.
 func atOnce(n int, f func(i int) error) []error {
 	errs := make([]error, n)
@@ -47,6 +45,30 @@ func atOnce(n int, f func(i int) error) []error {
 	return errs
 }
 
+// probesAtOnce starts n containers at once with start, each running the
+// probe (its argv given) for checks, and checks every report. The probe
+// exits 1 when a forbidden check fails, as it must; a start refused or
+// failed prints no probe line at all.
+func probesAtOnce(t *testing.T, n int, checks map[string]bool, start func(i int, probe []string) (string, error)) {
+	t.Helper()
+	probe := append([]string{"/sforge-probe"}, regProbeArgs(checks)...)
+	outs := make([]string, n)
+	t0 := time.Now()
+	errs := atOnce(n, func(i int) error {
+		var err error
+		outs[i], err = start(i, probe)
+		return err
+	})
+	t.Logf("%d isolated containers in %s", n, time.Since(t0).Round(time.Millisecond))
+	for i, out := range outs {
+		if !strings.Contains(out, `"check":"tcp"`) {
+			t.Errorf("container %d did not run: %v\n%s", i, errs[i], out)
+			continue
+		}
+		regExpect(t, out, checks)
+	}
+}
+
 // TestShimConcurrentCreates: 32 containers through sforge-runtime and real
 // runc, all in one namespace by path (a pod's), created at once: each
 // one's rules are in place after its create, all start and exit, and
@@ -60,12 +82,12 @@ func TestShimConcurrentCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundles := make([]*testbundle.Bundle, concurrentN)
+	bundles := make([]*testbundle.Bundle, concurrent)
 	for i := range bundles {
 		bundles[i] = testbundle.New(t, testbundle.Options{NetNS: n.Path(), Env: []string{policy.EnvVar + "=" + allow}})
 	}
 	id := func(i int) string { return fmt.Sprintf("conc-%d", i) }
-	errs := atOnce(concurrentN, func(i int) error {
+	errs := atOnce(concurrent, func(i int) error {
 		if _, err := s.create(t, bundles[i], id(i)); err != nil {
 			return fmt.Errorf("create: %v: %s", err, s.output(bundles[i], id(i)))
 		}
@@ -85,7 +107,7 @@ func TestShimConcurrentCreates(t *testing.T) {
 	if got := len(nftOurs(t, n)); got == 0 {
 		t.Fatal("no tables in the shared namespace after the creates")
 	}
-	errs = atOnce(concurrentN, func(i int) error {
+	errs = atOnce(concurrent, func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if out, err := s.command(ctx, "start", id(i)).CombinedOutput(); err != nil {
@@ -113,8 +135,8 @@ func TestShimConcurrentCreates(t *testing.T) {
 	}
 	requireNoChains(t, n)
 	log, _ := os.ReadFile(s.logPath())
-	if got := strings.Count(string(log), "isolated before start"); got != concurrentN {
-		t.Fatalf("%d isolated creates logged, want %d:\n%s", got, concurrentN, log)
+	if got := strings.Count(string(log), "isolated before start"); got != concurrent {
+		t.Fatalf("%d isolated creates logged, want %d:\n%s", got, concurrent, log)
 	}
 }
 
@@ -142,7 +164,7 @@ func TestDockerConcurrentRuns(t *testing.T) {
 	const image = "sforge-test/probe:1"
 	d.ImportImage(t, image, regRootfs(t, prefix))
 	name := func(i int) string { return fmt.Sprintf("conc%d", i) }
-	errs := atOnce(concurrentN, func(i int) error {
+	errs := atOnce(concurrent, func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		if out, err := d.Docker(ctx, "run", "-d", "--runtime", "sforge", "--name", name(i), "-e", "SFORGE_EGRESS="+regAllowlist, image, "/bin/sleep", "300"); err != nil {
@@ -158,7 +180,7 @@ func TestDockerConcurrentRuns(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	for i := range concurrentN {
+	for i := range concurrent {
 		pid := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.State.Pid}}", name(i)))
 		n, err := ns.GetNS("/proc/" + pid + "/ns/net")
 		if err != nil {
@@ -175,7 +197,7 @@ func TestDockerConcurrentRuns(t *testing.T) {
 			}
 		}
 	}
-	names := make([]string, concurrentN)
+	names := make([]string, concurrent)
 	for i := range names {
 		names[i] = name(i)
 	}
@@ -199,7 +221,7 @@ func TestDockerConcurrentRuns(t *testing.T) {
 		}
 	}
 	b, _ := os.ReadFile(log)
-	if got := strings.Count(string(b), "isolated before start"); got != concurrentN || strings.Contains(string(b), "level=error") {
-		t.Fatalf("%d isolated creates logged (want %d), or errors:\n%s", got, concurrentN, b)
+	if got := strings.Count(string(b), "isolated before start"); got != concurrent || strings.Contains(string(b), "level=error") {
+		t.Fatalf("%d isolated creates logged (want %d), or errors:\n%s", got, concurrent, b)
 	}
 }

@@ -321,6 +321,22 @@ func TestRuntimeDockerRootless(t *testing.T) {
 		regExpect(t, ds.run(t, ping, "--runtime", "sforge"), ds.open)
 	})
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
+	t.Run("32 at once", func(t *testing.T) {
+		// The runtime's creates run together inside rootlesskit's
+		// namespaces: none may fail, each by the C front.
+		creates, before := ds.frontCreates(t, dropped), ds.d.MustDocker(t, "ps", "-aq")
+		probesAtOnce(t, concurrent, concurrentChecks, func(_ int, probe []string) (string, error) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			return ds.d.Docker(ctx, append([]string{"run", "--rm", "--network", "sfnet", ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, ds.image}, probe...)...)
+		})
+		if n := ds.frontCreates(t, dropped); n != creates+concurrent {
+			t.Errorf("the C front logged %d isolated creates for %d docker runs", n-creates, concurrent)
+		}
+		if after := ds.d.MustDocker(t, "ps", "-aq"); after != before {
+			t.Errorf("containers before:\n%safter:\n%s", before, after)
+		}
+	})
 	t.Run("Go shim", func(t *testing.T) {
 		// A second runtime, the same shim with its C front off
 		// (SFORGE_RUNTIME_NO_FRONT in its environment: daemon.json gives

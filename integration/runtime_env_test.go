@@ -238,7 +238,6 @@ func regExpect(t *testing.T, out string, want map[string]bool) {
 	}
 }
 
-// regProbeArgs turns a check list into the probe's argv.
 // regDockerWithSforge starts a private dockerd wired to the world,
 // registers the sforge runtime the way users do (`sforge install
 // --docker`) and imports the probe image under the given name.
@@ -290,6 +289,7 @@ func regOpen(checks map[string]bool) map[string]bool {
 	return open
 }
 
+// regProbeArgs turns a check list into the probe's argv.
 func regProbeArgs(checks map[string]bool) []string {
 	var args []string
 	for k := range checks {

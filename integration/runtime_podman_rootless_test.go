@@ -124,6 +124,23 @@ func TestRuntimePodmanRootless(t *testing.T) {
 		after := p.MustPodman(t, append([]string{"exec", x, "/sforge-probe"}, regProbeArgs(open)...)...)
 		regExpect(t, after, open)
 	})
+	t.Run("32 at once", func(t *testing.T) {
+		// Each hook opens its socket from a child of its own, and each
+		// container has a slirp4netns of its own: none may fail or leak.
+		all, byFront := installs()
+		before := p.MustPodman(t, "ps", "-aq")
+		probesAtOnce(t, concurrent, concurrentChecks, func(_ int, probe []string) (string, error) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			return p.Podman(ctx, append([]string{"run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image}, probe...)...)
+		})
+		if a, f := installs(); a-all != concurrent || front.Built && f-byFront != concurrent {
+			t.Errorf("%d installs, %d by the hook's C front, for %d containers; want all by the front", a-all, f-byFront, concurrent)
+		}
+		if after := p.MustPodman(t, "ps", "-aq"); after != before {
+			t.Errorf("containers before:\n%safter:\n%s", before, after)
+		}
+	})
 	t.Run("refused/NET_RAW kept", func(t *testing.T) {
 		markers := t.TempDir()
 		if err := os.Chmod(markers, 0o777); err != nil {
