@@ -155,8 +155,6 @@ func engineLogDir(b *testing.B, dir, mode string, rootless bool) string {
 	return logDir
 }
 
-func engineModes() map[string]bool { return map[string]bool{"root": false, "rootless": true} }
-
 // BenchmarkPodman: podman 4.3, root and rootless, sforge-hook registered
 // by `sforge install --podman` in a hooks.d directory of each podman's
 // own; the plain runs carry no annotation, so podman adds no hook.
@@ -170,11 +168,11 @@ func BenchmarkPodman(b *testing.B) {
 	var cs []*runContender
 	for _, mode := range []string{"root", "rootless"} {
 		hooks := filepath.Join(dir, mode, "hooks.d")
-		log := filepath.Join(engineLogDir(b, dir, mode, engineModes()[mode]), "hook.log")
+		log := filepath.Join(engineLogDir(b, dir, mode, mode == "rootless"), "hook.log")
 		if out, err := exec.Command(filepath.Join(prefix, "bin", "sforge"), "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", log).CombinedOutput(); err != nil {
 			b.Fatalf("sforge install --podman: %v\n%s", err, out)
 		}
-		p := testpodman.New(b, testpodman.Options{HooksDir: hooks, Rootless: engineModes()[mode]})
+		p := testpodman.New(b, testpodman.Options{HooksDir: hooks, Rootless: mode == "rootless"})
 		p.ImportImage(b, image, rootfs)
 		run := runWith(p.Podman)
 		mark := " install container="
@@ -199,13 +197,13 @@ func BenchmarkDocker(b *testing.B) {
 	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
 	var cs []*runContender
 	for _, mode := range []string{"root", "rootless"} {
-		logDir := engineLogDir(b, dir, mode, engineModes()[mode])
+		logDir := engineLogDir(b, dir, mode, mode == "rootless")
 		log, cfg := filepath.Join(logDir, "runtime.log"), filepath.Join(logDir, "runtime.json")
 		data, _ := json.Marshal(map[string]string{"log": log, "hook": filepath.Join(prefix, "bin", "sforge-hook")})
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		d := testdocker.Start(b, testdocker.Options{Rootless: engineModes()[mode],
+		d := testdocker.Start(b, testdocker.Options{Rootless: mode == "rootless",
 			DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
 			Env:          []string{"SFORGE_RUNTIME_CONFIG=" + cfg, "SFORGE_HOOK_LOG=" + filepath.Join(logDir, "hook.log")}})
 		d.ImportImage(b, image, rootfs)
