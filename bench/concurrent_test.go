@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +40,17 @@ import (
 // by burst in turn (concurrentControls): what the host's scheduler alone
 // does to a window of that length when 32 creates share the CPUs.
 
-const concurrentContainers = 32
+// concurrentContainers is how many start at once: the 32, or
+// SFORGE_BENCH_AT_ONCE (a diagnostic: as many as the host has CPUs shows
+// the install without the run queue of an oversubscribed host).
+var concurrentContainers = atOnce()
+
+func atOnce() int {
+	if v, err := strconv.Atoi(os.Getenv("SFORGE_BENCH_AT_ONCE")); err == nil && v > 0 {
+		return v
+	}
+	return 32
+}
 
 // hookCPURe reads the CPU time the hook's C front logs with an install,
 // hookSwitchesRe its thread's context switches (voluntary/involuntary).
