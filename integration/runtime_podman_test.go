@@ -11,6 +11,7 @@ import (
 	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // TestRuntimePodman is the podman acceptance: `sforge install --podman`
@@ -89,6 +90,30 @@ func TestRuntimePodman(t *testing.T) {
 	})
 	t.Run("without annotation", func(t *testing.T) {
 		out := p.MustPodman(t, "run", "--rm", image, "/bin/sh", "-c", script)
+		regExpect(t, out, open)
+	})
+	t.Run("sforge-runtime as podman's runtime", func(t *testing.T) {
+		// podman --runtime (or a runtime in containers.conf) instead of
+		// hooks.d: the runtime's C front does the create, as under
+		// Docker. The allowlist in the environment, so that no hooks.d
+		// hook is added; podman gives the runtime no environment of the
+		// test's, so a wrapper passes the run's settings (its log).
+		config := os.Getenv(shim.ConfigEnv)
+		wrapper := filepath.Join(t.TempDir(), "sforge-runtime")
+		sh := "#!/bin/sh\n" + shim.ConfigEnv + "=" + config + " exec " + filepath.Join(prefix, "bin", "sforge-runtime") + " \"$@\"\n"
+		if err := os.WriteFile(wrapper, []byte(sh), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := strings.Count(shimLogOf(t, config), dropped)
+		out := p.MustPodman(t, "run", "--rm", "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("NET_RAW held (podman grants it; the runtime must drop it):\n%s", out)
+		}
+		if n := strings.Count(shimLogOf(t, config), dropped) - before; n != 1 {
+			t.Errorf("%d isolated creates by the runtime's C front for one container, want 1:\n%s", n, shimLogOf(t, config))
+		}
+		out = p.MustPodman(t, "run", "--rm", "--runtime", wrapper, image, "/bin/sh", "-c", script)
 		regExpect(t, out, open)
 	})
 	for _, tc := range []struct {
