@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // TestRuntimePodmanRootless: podman run by an unprivileged user, as
@@ -139,6 +141,33 @@ func TestRuntimePodmanRootless(t *testing.T) {
 		}
 		if after := p.MustPodman(t, "ps", "-aq"); after != before {
 			t.Errorf("containers before:\n%safter:\n%s", before, after)
+		}
+	})
+	t.Run("sforge-runtime as podman's runtime", func(t *testing.T) {
+		// As TestRuntimePodman's: the runtime's C front, here run by the
+		// user in podman's user namespace, so that it too cannot come back
+		// from the container's network namespace. Its settings and log are
+		// the user's.
+		config := filepath.Join(logDir, "runtime.json")
+		data, err := json.Marshal(shim.Config{Log: filepath.Join(logDir, "runtime.log")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(config, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wrapper := filepath.Join(pfx, "bin", "sforge-runtime-podman")
+		sh := "#!/bin/sh\n" + shim.ConfigEnv + "=" + config + " exec " + filepath.Join(pfx, "bin", "sforge-runtime") + " \"$@\"\n"
+		if err := os.WriteFile(wrapper, []byte(sh), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out := p.MustPodman(t, "run", "--rm", "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if capBit(t, out, "CapBnd", capNetRaw) {
+			t.Errorf("NET_RAW held (podman grants it; the runtime must drop it):\n%s", out)
+		}
+		if n := strings.Count(shimLogOf(t, config), dropped); n != 1 {
+			t.Errorf("%d isolated creates by the runtime's C front for one container, want 1:\n%s", n, shimLogOf(t, config))
 		}
 	})
 	t.Run("refused/NET_RAW kept", func(t *testing.T) {
