@@ -342,10 +342,7 @@ func TestRuntimeDockerRootless(t *testing.T) {
 		// (SFORGE_RUNTIME_NO_FRONT in its environment: daemon.json gives
 		// a runtime no environment, so a wrapper sets it).
 		wrapper := filepath.Join(ds.prefix, "bin", "sforge-runtime-go")
-		script := "#!/bin/sh\nSFORGE_RUNTIME_NO_FRONT=1 exec " + filepath.Join(ds.prefix, "bin", "sforge-runtime") + " \"$@\"\n"
-		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		runtimeWrapper(t, wrapper, filepath.Join(ds.prefix, "bin", "sforge-runtime"), "SFORGE_RUNTIME_NO_FRONT=1")
 		var cfg map[string]any
 		b, err := os.ReadFile(ds.d.ConfigFile)
 		if err != nil || json.Unmarshal(b, &cfg) != nil {
@@ -391,6 +388,17 @@ func shimLog(t *testing.T) string { return shimLogOf(t, os.Getenv(shim.ConfigEnv
 // frontCreates counts the run's shim log lines that end with tail.
 func frontCreates(t *testing.T, tail string) int {
 	return strings.Count(shimLog(t), tail)
+}
+
+// runtimeWrapper writes at path a script that execs runtime with env
+// (NAME=VALUE) added: for engines that give a runtime no environment of
+// the test's (daemon.json's runtimes, podman's --runtime).
+func runtimeWrapper(t *testing.T, path, runtime string, env ...string) {
+	t.Helper()
+	script := "#!/bin/sh\n" + strings.Join(env, " ") + " exec " + runtime + " \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // shimLogOf is the log that the runtime settings file config names.

@@ -28,8 +28,9 @@ import (
 // netlink socket from a child (C) or on a thread they discard (Go). The
 // probe matrix holds with the hook's C front and with the Go hook; a
 // container that joins another's namespace is isolated, and that
-// namespace is left clean by the poststop hook; a container that keeps
-// CAP_NET_RAW is refused.
+// namespace is left clean by the poststop hook; 32 start at once; a
+// container that keeps CAP_NET_RAW is refused; and sforge-runtime given
+// as podman's runtime isolates as the hook does.
 func TestRuntimePodmanRootless(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
@@ -157,10 +158,7 @@ func TestRuntimePodmanRootless(t *testing.T) {
 			t.Fatal(err)
 		}
 		wrapper := filepath.Join(pfx, "bin", "sforge-runtime-podman")
-		sh := "#!/bin/sh\n" + shim.ConfigEnv + "=" + config + " exec " + filepath.Join(pfx, "bin", "sforge-runtime") + " \"$@\"\n"
-		if err := os.WriteFile(wrapper, []byte(sh), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		runtimeWrapper(t, wrapper, filepath.Join(pfx, "bin", "sforge-runtime"), shim.ConfigEnv+"="+config)
 		out := p.MustPodman(t, "run", "--rm", "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sh", "-c", script)
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {

@@ -21,7 +21,8 @@ import (
 // case, in a user namespace (--uidmap) too; without the annotation the
 // same image reaches everything; a malformed annotation, NET_RAW kept,
 // NET_ADMIN, --privileged and --network host each fail `podman run`
-// before the process runs.
+// before the process runs. sforge-runtime given as podman's runtime
+// isolates too (and drops the NET_RAW podman grants).
 func TestRuntimePodman(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
@@ -100,10 +101,7 @@ func TestRuntimePodman(t *testing.T) {
 		// test's, so a wrapper passes the run's settings (its log).
 		config := os.Getenv(shim.ConfigEnv)
 		wrapper := filepath.Join(t.TempDir(), "sforge-runtime")
-		sh := "#!/bin/sh\n" + shim.ConfigEnv + "=" + config + " exec " + filepath.Join(prefix, "bin", "sforge-runtime") + " \"$@\"\n"
-		if err := os.WriteFile(wrapper, []byte(sh), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		runtimeWrapper(t, wrapper, filepath.Join(prefix, "bin", "sforge-runtime"), shim.ConfigEnv+"="+config)
 		before := strings.Count(shimLogOf(t, config), dropped)
 		out := p.MustPodman(t, "run", "--rm", "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sh", "-c", script)
 		regExpect(t, out, checks)
