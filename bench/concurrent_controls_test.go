@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -175,31 +174,25 @@ func TestParseControlSpins(t *testing.T) {
 // echo) untouched. Its create is the benchmark's to run (root, runc).
 func TestControlRuntime(t *testing.T) {
 	bin := buildControlRuntime(t, t.TempDir())
-	out, err := exec.Command(bin, "state", "x").CombinedOutput()
-	if code := exitCode(err); code != 125 || !strings.Contains(string(out), "SFORGE_BENCH_SPIN_NS must be set") {
+	run := func(env []string, args ...string) (string, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil {
+			t.Fatalf("control-runtime did not start: %v", err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	settings := func(spin string) []string {
+		return []string{"SFORGE_BENCH_RUNC=" + testenv.RequireBinary(t, "echo"), "SFORGE_BENCH_CONTROL_LOG=" + filepath.Join(t.TempDir(), "log"), "SFORGE_BENCH_SPIN_NS=" + spin}
+	}
+	if out, code := run([]string{}, "state", "x"); code != 125 || !strings.Contains(out, "SFORGE_BENCH_SPIN_NS must be set") {
 		t.Errorf("without its settings: exit %d, %q; want 125 and what to set", code, out)
 	}
-	run := func(spin string, args ...string) (string, int) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = []string{"SFORGE_BENCH_RUNC=" + testenv.RequireBinary(t, "echo"), "SFORGE_BENCH_CONTROL_LOG=" + filepath.Join(t.TempDir(), "log"), "SFORGE_BENCH_SPIN_NS=" + spin}
-		out, err := cmd.CombinedOutput()
-		return string(out), exitCode(err)
-	}
-	if out, code := run("1000", "--root", "/r", "delete", "--force", "x"); code != 0 || out != "--root /r delete --force x\n" {
+	if out, code := run(settings("1000"), "--root", "/r", "delete", "--force", "x"); code != 0 || out != "--root /r delete --force x\n" {
 		t.Errorf("delete: exit %d, %q; want it passed to runc as it came", code, out)
 	}
-	if out, code := run("1ms"); code != 125 || !strings.Contains(out, "want nanoseconds") {
+	if out, code := run(settings("1ms")); code != 125 || !strings.Contains(out, "want nanoseconds") {
 		t.Errorf("SFORGE_BENCH_SPIN_NS=1ms: exit %d, %q; want 125 and the unit", code, out)
 	}
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }

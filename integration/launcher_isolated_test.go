@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -175,13 +174,7 @@ func TestLauncherRootless(t *testing.T) {
 	requireIsolationPieces(t)
 	prefix, logs := userPrefix(t, repoRoot(t), testdocker.RootlessUser)
 	config := filepath.Join(logs, "runtime.json")
-	cfg, err := json.Marshal(shim.Config{Log: filepath.Join(logs, "runtime.log")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShimConfig(t, config, shim.Config{Log: filepath.Join(logs, "runtime.log")})
 	e := newLauncherEnvWith(t, testdocker.Options{
 		Rootless:     true,
 		Env:          []string{shim.ConfigEnv + "=" + config, hook.LogEnv + "=" + filepath.Join(logs, "hook.log")},

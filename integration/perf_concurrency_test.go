@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,14 +148,8 @@ func TestDockerConcurrentRuns(t *testing.T) {
 	regHostGuard(t)
 	work := t.TempDir()
 	log := filepath.Join(work, "runtime.log")
-	cfg, err := json.Marshal(shim.Config{Runtime: testenv.RequireBinary(t, "runc"), Hook: filepath.Join(prefix, "bin", "sforge-hook"), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := filepath.Join(work, "runtime.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShimConfig(t, config, shim.Config{Runtime: testenv.RequireBinary(t, "runc"), Hook: filepath.Join(prefix, "bin", "sforge-hook"), Log: log})
 	t.Setenv(shim.ConfigEnv, config) // dockerd, containerd and the shims inherit it
 	d := testdocker.Start(t, testdocker.Options{DaemonConfig: map[string]any{
 		"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}},

@@ -161,13 +161,7 @@ func newDockerSforge(t *testing.T, o testdocker.Options) *dockerSforge {
 		var logs string
 		prefix, logs = userPrefix(t, prefix, testdocker.RootlessUser)
 		shimConfig = filepath.Join(logs, "runtime.json")
-		cfg, err := json.Marshal(shim.Config{Log: filepath.Join(logs, "runtime.log")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(shimConfig, cfg, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeShimConfig(t, shimConfig, shim.Config{Log: filepath.Join(logs, "runtime.log")})
 		o.Env = append(o.Env, shim.ConfigEnv+"="+shimConfig, hook.LogEnv+"="+filepath.Join(logs, "hook.log"))
 	}
 	regHostGuard(t)
@@ -388,6 +382,19 @@ func shimLog(t *testing.T) string { return shimLogOf(t, os.Getenv(shim.ConfigEnv
 // frontCreates counts the run's shim log lines that end with tail.
 func frontCreates(t *testing.T, tail string) int {
 	return strings.Count(shimLog(t), tail)
+}
+
+// writeShimConfig writes the runtime's settings c to path, where the
+// runtime reads them through SFORGE_RUNTIME_CONFIG.
+func writeShimConfig(t *testing.T, path string, c shim.Config) {
+	t.Helper()
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // runtimeWrapper writes at path a script that execs runtime with env

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -316,13 +315,7 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := json.Marshal(shim.Config{Runtime: notExec, Hook: s.hook, Log: s.logPath()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(s.dir, "runtime.json"), cfg, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeShimConfig(t, filepath.Join(s.dir, "runtime.json"), shim.Config{Runtime: notExec, Hook: s.hook, Log: s.logPath()})
 		b, _ := bundle(t, false, nil)
 		const id = "front-no-runtime"
 		_, err = s.create(t, b, id)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -150,13 +149,7 @@ func TestRuntimePodmanRootless(t *testing.T) {
 		// from the container's network namespace. Its settings and log are
 		// the user's.
 		config := filepath.Join(logDir, "runtime.json")
-		data, err := json.Marshal(shim.Config{Log: filepath.Join(logDir, "runtime.log")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(config, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeShimConfig(t, config, shim.Config{Log: filepath.Join(logDir, "runtime.log")})
 		wrapper := filepath.Join(pfx, "bin", "sforge-runtime-podman")
 		runtimeWrapper(t, wrapper, filepath.Join(pfx, "bin", "sforge-runtime"), shim.ConfigEnv+"="+config)
 		out := p.MustPodman(t, "run", "--rm", "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sh", "-c", script)

@@ -58,14 +58,8 @@ func newShimRuntime(t *testing.T, engineName string, env ...string) *shimRuntime
 		root: t.TempDir(),
 		dir:  t.TempDir(),
 	}
-	cfg, err := json.Marshal(shim.Config{Runtime: s.runc, Hook: s.hook, Log: s.logPath(), Engine: engineName})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := filepath.Join(s.dir, "runtime.json")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShimConfig(t, config, shim.Config{Runtime: s.runc, Hook: s.hook, Log: s.logPath(), Engine: engineName})
 	for _, e := range os.Environ() {
 		if k, _, _ := strings.Cut(e, "="); k != engines.EnvVar && k != shim.ConfigEnv && k != shim.RuncEnv {
 			s.env = append(s.env, e)
@@ -451,15 +445,9 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 	dir, parentFile := killAtIPTables(t)
 	killHangers(t, dir)
 	work := t.TempDir()
-	cfg, err := json.Marshal(shim.Config{Runtime: testenv.RequireBinary(t, "runc"), Hook: filepath.Join(prefix, "bin", "sforge-hook"),
-		Log: filepath.Join(work, "runtime.log"), Engine: engines.IPTablesNFT})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config, calls := filepath.Join(work, "runtime.json"), filepath.Join(work, "calls")
-	if err := os.WriteFile(config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShimConfig(t, config, shim.Config{Runtime: testenv.RequireBinary(t, "runc"), Hook: filepath.Join(prefix, "bin", "sforge-hook"),
+		Log: filepath.Join(work, "runtime.log"), Engine: engines.IPTablesNFT})
 	// containerd's runc shim runs this for every runtime command.
 	wrapper := filepath.Join(work, "sforge-runtime-wrapper")
 	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %s\nexport PATH=%s:$PATH %s=%s\nexec %s \"$@\"\n",

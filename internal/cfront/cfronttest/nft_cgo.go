@@ -171,15 +171,7 @@ import (
 // path is opened as it is, without the nsfs check of the Go engine, so that
 // tests can give the C a file that is no namespace.
 func NFTInstall(nsPath, table string, a policy.Allowlist) (int, error) {
-	ca, err := cAllowlist(a)
-	if err != nil {
-		return 0, err
-	}
-	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
-		r, err := C.cfront_nft_install(fd, t, ca)
-		return r, err
-	})
-	return int(n), err
+	return nftInstall(nsPath, table, a, false)
 }
 
 // NFTInstallStuck runs the C install as NFTInstall does, on a thread of
@@ -193,12 +185,21 @@ func NFTInstallStuck(nsPath, table string, a policy.Allowlist) (rules int, errno
 // NFTInstallByChild is NFTInstall with the C told that its thread could
 // not come back from the namespace: a child opens the socket there.
 func NFTInstallByChild(nsPath, table string, a policy.Allowlist) (int, error) {
+	return nftInstall(nsPath, table, a, true)
+}
+
+// nftInstall is NFTInstall, or with byChild NFTInstallByChild.
+func nftInstall(nsPath, table string, a policy.Allowlist, byChild bool) (int, error) {
 	ca, err := cAllowlist(a)
 	if err != nil {
 		return 0, err
 	}
 	n, err := inC(nsPath, table, func(fd C.int, t *C.char) (C.int, error) {
-		r, err := C.cfronttest_nft_install_by_child(fd, t, ca)
+		if byChild {
+			r, err := C.cfronttest_nft_install_by_child(fd, t, ca)
+			return r, err
+		}
+		r, err := C.cfront_nft_install(fd, t, ca) // errno with the result
 		return r, err
 	})
 	return int(n), err
