@@ -12,6 +12,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -95,8 +96,8 @@ func TestHookFrontInstall(t *testing.T) {
 			if byFront := strings.HasSuffix(line, " front=c"); byFront != withFront {
 				t.Fatalf("install line %q: by the front %v, want %v", line, byFront, withFront)
 			}
-			if withFront && !regexp.MustCompile(` cpu=\S+ switches=\d+/\d+ queued=\S+ front=c$`).MatchString(line) {
-				t.Fatalf("install line %q: want the front's CPU time, switches and wait for a CPU", line)
+			if withFront && !regexp.MustCompile(` cpu=\S+ switches=\d+/\d+ queued=\S+ priority=realtime front=c$`).MatchString(line) {
+				t.Fatalf("install line %q: want the front's CPU time, switches, wait for a CPU and real-time window", line)
 			}
 			target := engine.Target{NetNS: n.Path(), ID: id}
 			if err := eng.Check(target, allow); err != nil {
@@ -108,6 +109,22 @@ func TestHookFrontInstall(t *testing.T) {
 		})
 	}
 	requireNoChains(t, n)
+
+	t.Run("normal priority", func(t *testing.T) {
+		// SFORGE_INSTALL_PRIORITY=normal (a hooks.d entry's env): the
+		// front installs at the host's normal scheduling.
+		t.Setenv(priority.EnvVar, priority.Normal)
+		const id = "front-normal"
+		if stderr, goRan, err := run(t, id, bundle, true); err != nil || stderr != "" || goRan {
+			t.Fatalf("createRuntime: %v, stderr %q, Go ran %v", err, stderr, goRan)
+		}
+		if line := installLine(t, bundle, id); !strings.HasSuffix(line, " priority=normal front=c") {
+			t.Fatalf("install line %q, want the front's at normal priority", line)
+		}
+		if err := eng.Remove(engine.Target{NetNS: n.Path(), ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("table already there", func(t *testing.T) {
 		// A second createRuntime for one id (a retried start): the front

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -115,7 +116,10 @@ func TestRuntimeFrontCreate(t *testing.T) {
 			t.Fatal("harness: the spec holds no escape")
 		}
 		const id = "front-create"
-		line := isolated(t, s, b, spec, id, nil)
+		// The install window's real-time priority is not the
+		// container's: its process was made before, and keeps the
+		// host's normal scheduling.
+		line := isolated(t, s, b, spec, id, func(pid int) { requireNormalScheduling(t, pid) })
 		t.Logf("shim log: %s", line)
 		table, err := policy.ChainName(id)
 		if err != nil {
@@ -124,9 +128,18 @@ func TestRuntimeFrontCreate(t *testing.T) {
 		// queued: the install's wait for a CPU, which the benchmarks
 		// subtract (/proc/thread-self/schedstat is always there on Linux).
 		if !strings.Contains(line, "table="+table+" ") || !strings.Contains(line, "endpoints=1 resolvers=1") || !strings.HasSuffix(line, ` front=c)"`) ||
-			!regexp.MustCompile(` switches=\d+/\d+ queued=\S+ spec=`).MatchString(line) ||
+			!regexp.MustCompile(` switches=\d+/\d+ queued=\S+ priority=realtime spec=`).MatchString(line) ||
 			!strings.HasPrefix(line, `time="`) || !strings.Contains(line, ` level=info msg="sforge-runtime: container `) {
 			t.Fatalf("log line %q, want the front's", line)
+		}
+	})
+	t.Run("normal priority", func(t *testing.T) {
+		// SFORGE_INSTALL_PRIORITY=normal: the same install, at the
+		// host's normal scheduling.
+		s := newShimRuntime(t, engines.Auto, priority.EnvVar+"="+priority.Normal)
+		b, spec := bundle(t, false, nil)
+		if line := isolated(t, s, b, spec, "front-normal", nil); !strings.Contains(line, " priority=normal spec=") || !strings.HasSuffix(line, ` front=c)"`) {
+			t.Fatalf("log line %q, want the front's at normal priority", line)
 		}
 	})
 	t.Run("user namespace", func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testcontainerd"
@@ -61,7 +62,7 @@ func newShimRuntime(t *testing.T, engineName string, env ...string) *shimRuntime
 	config := filepath.Join(s.dir, "runtime.json")
 	writeShimConfig(t, config, shim.Config{Runtime: s.runc, Hook: s.hook, Log: s.logPath(), Engine: engineName})
 	for _, e := range os.Environ() {
-		if k, _, _ := strings.Cut(e, "="); k != engines.EnvVar && k != shim.ConfigEnv && k != shim.RuncEnv {
+		if k, _, _ := strings.Cut(e, "="); k != engines.EnvVar && k != shim.ConfigEnv && k != shim.RuncEnv && k != priority.EnvVar {
 			s.env = append(s.env, e)
 		}
 	}

@@ -46,6 +46,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -97,7 +98,10 @@ type Shim struct {
 	// Engine installs the rules on the create path; opened from
 	// EngineName the first time it is needed when nil.
 	Engine engine.Engine
-	Log    *Logger
+	// InstallPriority (priority.Names) is passed to the hooks the shim
+	// adds unless it is the default.
+	InstallPriority string
+	Log             *Logger
 	// Getwd is the working directory (the default bundle); os.Getwd when nil.
 	Getwd func() (string, error)
 	// Getenv reads the environment; os.Getenv when nil.
@@ -425,6 +429,9 @@ func (s *Shim) Isolate(id string, spec *Spec, withHook bool) (string, error) {
 		if v := s.getenv(HookLogEnv); v != "" {
 			h.Env = append(h.Env, HookLogEnv+"="+v)
 		}
+		if s.InstallPriority != "" && s.InstallPriority != priority.Realtime {
+			h.Env = append(h.Env, priority.EnvVar+"="+s.InstallPriority)
+		}
 		if _, err := spec.AddHook(stage, h); err != nil {
 			return "", fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)
 		}
@@ -530,7 +537,7 @@ func run(args []string, o mainOptions) int {
 		return 1
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
-		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Created: o.created, FrontLeft: o.frontLeft, Log: log}
+		EngineName: cfg.Engine, Engine: o.engine, InstallPriority: cfg.InstallPriority, HostNetNS: o.hostNetNS, NoMadeNetNS: o.noMadeNetNS, Created: o.created, FrontLeft: o.frontLeft, Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {

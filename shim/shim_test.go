@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -647,6 +648,36 @@ func TestLoadConfigDefaults(t *testing.T) {
 	}
 }
 
+// installPriority: realtime by default, the file's, the environment's over
+// it, and a bad value named with where it came from.
+func TestLoadConfigInstallPriority(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{RuncEnv: "/opt/runc"}
+	getenv := func(k string) string { return env[k] }
+	self := filepath.Join(dir, "bin", "sforge-runtime")
+	file := filepath.Join(dir, "runtime.json")
+	load := func(content string) (Config, error) {
+		must(t, os.WriteFile(file, []byte(content), 0o644))
+		return LoadConfig(file, self, getenv)
+	}
+	for content, want := range map[string]string{`{}`: "realtime", `{"installPriority":"normal"}`: "normal", `{"installPriority":"realtime"}`: "realtime"} {
+		if c, err := load(content); err != nil || c.InstallPriority != want {
+			t.Errorf("%s: %q, %v; want %q", content, c.InstallPriority, err, want)
+		}
+	}
+	if _, err := load(`{"installPriority":"high"}`); err == nil || !strings.Contains(err.Error(), `unknown install priority "high" in `+file+" (installPriority)") {
+		t.Errorf("bad value in the file: %v", err)
+	}
+	env[priority.EnvVar] = "normal"
+	if c, err := load(`{"installPriority":"realtime"}`); err != nil || c.InstallPriority != "normal" {
+		t.Errorf("the environment over the file: %q, %v", c.InstallPriority, err)
+	}
+	env[priority.EnvVar] = "rt"
+	if _, err := load(`{}`); err == nil || !strings.Contains(err.Error(), `unknown install priority "rt"`) || !strings.Contains(err.Error(), "$"+priority.EnvVar) {
+		t.Errorf("bad value in the environment: %v", err)
+	}
+}
+
 // A spec that can be read but not written back (a read-only bundle) must
 // fail the create: never start the container unpatched.
 func TestCreateReadOnlyBundle(t *testing.T) {
@@ -833,6 +864,21 @@ func TestAddedHooksGetHookLog(t *testing.T) {
 	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
 		hs, _ := s.Hooks(stage)
 		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"GOMAXPROCS=1", "SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
+			t.Fatalf("%s hooks = %+v", stage, hs)
+		}
+	}
+	// A priority other than the default goes with them: the hook's
+	// front installs as the runtime's would.
+	h = newHarness(t, spec)
+	h.env = append(h.env, priority.EnvVar+"="+priority.Normal)
+	if r := h.run(t, h.dir, "", "run", "-d", "-b", h.bundle, "ctr"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	s, err = LoadSpec(h.bundle)
+	must(t, err)
+	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
+		hs, _ := s.Hooks(stage)
+		if len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"GOMAXPROCS=1", "SFORGE_INSTALL_PRIORITY=normal"}) {
 			t.Fatalf("%s hooks = %+v", stage, hs)
 		}
 	}

@@ -53,6 +53,7 @@ struct opts {
 	enum stage stage;
 	const char *log;    // hook.DefaultLogPath, $SFORGE_HOOK_LOG, --log
 	const char *engine; // auto, $SFORGE_ENGINE, --engine
+	int realtime;       // $SFORGE_INSTALL_PRIORITY is not normal
 };
 
 // read_opts mirrors hook.ParseArgs for the arguments it accepts without
@@ -70,6 +71,10 @@ static enum stage read_opts(int argc, char **args, struct opts *o) {
 			return STAGE_OTHER;
 		o->engine = env;
 	}
+	const char *prio = getenv("SFORGE_INSTALL_PRIORITY");
+	if (prio && *prio && !cfront_in(cfront_priorities, prio, strlen(prio)))
+		return STAGE_OTHER;
+	o->realtime = !prio || strcmp(prio, "normal") != 0;
 	if (argc < 1)
 		return STAGE_OTHER;
 	enum stage stage;
@@ -101,11 +106,12 @@ int sforge_hook_front_args(int argc, char **args) {
 	return read_opts(argc, args, &o) == STAGE_POSTSTOP;
 }
 
-int sforge_hook_front_opts(int argc, char **args, const char **engine, const char **log) {
+int sforge_hook_front_opts(int argc, char **args, const char **engine, const char **log, int *realtime) {
 	struct opts o;
 	enum stage stage = read_opts(argc, args, &o);
 	*engine = o.engine;
 	*log = o.log;
+	*realtime = o.realtime;
 	return stage == STAGE_POSTSTOP ? 2 : stage == STAGE_INSTALL;
 }
 
@@ -436,9 +442,11 @@ static int remove_table(const struct opts *o, const struct sforge_hook_removal *
 }
 
 // install_timed is install with its log line timed; sched is the thread's
-// schedstat (cfront_schedstat_open), -1 if none.
-static int install_timed(const struct opts *o, const char *stage, const struct sforge_hook_decision *d, int sched) {
-	struct timespec t0, t1, c0, c1;
+// schedstat (cfront_schedstat_open), -1 if none; rt the real-time window
+// it ends once the rules are in (or not).
+static int install_timed(const struct opts *o, const char *stage, const struct sforge_hook_decision *d, int sched,
+                         struct cfront_rt *rt) {
+	struct timespec t0, c0;
 	struct rusage r0, r1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
@@ -456,6 +464,12 @@ static int install_timed(const struct opts *o, const char *stage, const struct s
 	int rules = cfront_nft_prepare(&nft, d->table, &d->allow) ? cfront_nft_apply(&nft, fd) : 0;
 	int err = errno;
 	close(fd);
+	long long queued1 = cfront_run_delay(sched);
+	struct timespec t1, c1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	int realtime = rt->on;
+	cfront_rt_end(rt);
 	if (rules < 0) {
 		// The thread is still in the container's namespace: nothing more
 		// runs here, and the container must not start.
@@ -469,10 +483,7 @@ static int install_timed(const struct opts *o, const char *stage, const struct s
 		sforge_hook_front_left = "its engine did not install (our table there already, or the kernel refused)";
 		return 0;
 	}
-	long long queued1 = cfront_run_delay(sched);
 	getrusage(RUSAGE_THREAD, &r1);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	// The Go hook's line, then the install's CPU time (the wall time
 	// less what it spent waiting for a CPU or the kernel), its context
 	// switches (voluntary: it waited for something; involuntary: it was
@@ -482,8 +493,9 @@ static int install_timed(const struct opts *o, const char *stage, const struct s
 	cfront_duration(took, sizeof took, (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 	cfront_duration(cpu, sizeof cpu, (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
 	cfront_queued(queued, sizeof queued, queued0, queued1);
-	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s switches=%ld/%ld%s front=c",
-	         d->id, stage, d->table, rules, took, cpu, r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued);
+	log_line(o->log, "install container=%s stage=%s engine=nftables chain=%s rules=%d ipv6=filtered duration=%s cpu=%s switches=%ld/%ld%s priority=%s front=c",
+	         d->id, stage, d->table, rules, took, cpu, r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued,
+	         realtime ? "realtime" : "normal");
 	return 1;
 }
 
@@ -495,7 +507,12 @@ static int install(const struct opts *o, const char *stage, const struct sforge_
 	// The wait for a CPU, as the shim's front logs it: read at both ends
 	// inside the window.
 	int sched = cfront_schedstat_open();
-	int r = install_timed(o, stage, d, sched);
+	// The window at real-time priority (cfront.h): no normal task
+	// preempts the install.
+	static struct cfront_rt rt;
+	cfront_rt_begin(&rt, o->realtime);
+	int r = install_timed(o, stage, d, sched, &rt);
+	cfront_rt_end(&rt); // the window's early ends
 	if (sched >= 0)
 		close(sched);
 	return r;

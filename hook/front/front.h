@@ -11,8 +11,9 @@ int sforge_hook_front_args(int argc, char **args);
 // sforge_hook_front_opts reads args as the front does for either stage: 1
 // for an install (createRuntime, prestart), 2 for a poststop, 0 for
 // anything the Go hook reads differently or refuses; *engine and *log are
-// what the hook would use (pointers into args or the environment).
-int sforge_hook_front_opts(int argc, char **args, const char **engine, const char **log);
+// what the hook would use (pointers into args or the environment),
+// *realtime whether its install window is real-time.
+int sforge_hook_front_opts(int argc, char **args, const char **engine, const char **log, int *realtime);
 // sforge_hook_front_state reads the OCI state's bundle (NUL-terminated in
 // bundle, size cap); 0 means "not sure".
 int sforge_hook_front_state(const char *buf, size_t len, char *bundle, size_t cap);

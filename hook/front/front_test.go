@@ -15,6 +15,7 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -73,13 +74,26 @@ func TestArgs(t *testing.T) {
 	if !args([]string{"poststop"}) {
 		t.Errorf("the front does not take a poststop with %s=nftables", engines.EnvVar)
 	}
+	// The install priority: the front takes what the Go hook reads, and
+	// leaves it the values it reports.
+	for _, p := range []string{"", "realtime", "normal", "Normal", "high"} {
+		t.Setenv(priority.EnvVar, p)
+		for _, a := range [][]string{{"createRuntime"}, {"poststop"}} {
+			checkArgsAgree(t, a)
+			stage, _, _, realtime := opts(a)
+			known := p == "" || p == priority.Realtime || p == priority.Normal
+			if (stage != "") != known || (known && realtime != (p != priority.Normal)) {
+				t.Errorf("%s=%q, %q: the front takes stage %q, real-time %v", priority.EnvVar, p, a, stage, realtime)
+			}
+		}
+	}
 }
 
 // checkArgsAgree: what the front takes, the Go hook reads as a poststop
 // without error.
 func checkArgsAgree(t *testing.T, a []string) {
 	t.Helper()
-	stage, engine, log := opts(a)
+	stage, engine, log, realtime := opts(a)
 	if (stage == "poststop") != args(a) {
 		t.Fatalf("%q: the front's stage %q, its poststop test %v", a, stage, args(a))
 	}
@@ -88,9 +102,9 @@ func checkArgsAgree(t *testing.T, a []string) {
 	}
 	o, err := hook.ParseArgs(a, os.Getenv)
 	want := map[string]string{hook.StagePoststop: "poststop", hook.StageCreateRuntime: "install", hook.StagePrestart: "install"}[o.Stage]
-	if err != nil || stage != want || engine != o.Engine || log != o.LogPath {
-		t.Fatalf("the front reads %q as %s, engine %q, log %q; the Go hook as stage %q, engine %q, log %q, error %v",
-			a, stage, engine, log, o.Stage, o.Engine, o.LogPath, err)
+	if err != nil || stage != want || engine != o.Engine || log != o.LogPath || realtime != (o.InstallPriority == priority.Realtime) {
+		t.Fatalf("the front reads %q as %s, engine %q, log %q, real-time %v; the Go hook as stage %q, engine %q, log %q, priority %q, error %v",
+			a, stage, engine, log, realtime, o.Stage, o.Engine, o.LogPath, o.InstallPriority, err)
 	}
 }
 

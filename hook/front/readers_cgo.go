@@ -35,24 +35,26 @@ func args(a []string) bool {
 	return C.sforge_hook_front_args(C.int(len(a)), &cargs[0]) != 0
 }
 
-// opts runs the front's reading of the arguments (after the program name):
-// the stage it takes ("" for none), the engine and the log.
-func opts(a []string) (stage, engine, log string) {
+// opts runs the front's reading of the arguments (after the program name)
+// and the environment: the stage it takes ("" for none), the engine, the
+// log, and whether the install window is real-time.
+func opts(a []string) (stage, engine, log string, realtime bool) {
 	cargs := make([]*C.char, len(a)+1)
 	for i, s := range a {
 		cargs[i] = C.CString(s)
 		defer C.free(unsafe.Pointer(cargs[i]))
 	}
 	var e, l *C.char
-	switch C.sforge_hook_front_opts(C.int(len(a)), &cargs[0], &e, &l) {
+	var rt C.int
+	switch C.sforge_hook_front_opts(C.int(len(a)), &cargs[0], &e, &l, &rt) {
 	case 1:
 		stage = "install"
 	case 2:
 		stage = "poststop"
 	default:
-		return "", "", ""
+		return "", "", "", false
 	}
-	return stage, C.GoString(e), C.GoString(l)
+	return stage, C.GoString(e), C.GoString(l), rt != 0
 }
 
 // cBytes copies b into C memory (one byte more, so that an empty b is not

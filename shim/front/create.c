@@ -510,6 +510,10 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	// From here the container exists: everything ends in rules installed,
 	// a container deleted, or the Go shim doing one or the other.
 	sforge_front_created = 1;
+	// The window at real-time priority (cfront.h): from here to the
+	// rules' read-back, no normal task preempts the install.
+	static struct cfront_rt rt;
+	cfront_rt_begin(&rt, c->realtime);
 	// The thread's wait for a CPU, read at both ends inside the window:
 	// the log tells the host's run queue from the install's work.
 	int sched = cfront_schedstat_open();
@@ -529,6 +533,7 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 		fd = -1;
 	}
 	if (fd < 0) {
+		cfront_rt_end(&rt);
 		if (sched >= 0)
 			close(sched);
 		return; // Go reads the pid file again, or says why, and deletes
@@ -538,6 +543,8 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	close(fd);
 	long long queued1 = cfront_run_delay(sched);
 	long long install_ns = since(&t0, CLOCK_MONOTONIC), cpu_ns = since(&c0, CLOCK_PROCESS_CPUTIME_ID);
+	int realtime = rt.on;
+	cfront_rt_end(&rt);
 	if (sched >= 0)
 		close(sched);
 	if (rules == 0)
@@ -572,9 +579,9 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	cfront_queued(queued, sizeof queued, queued0, queued1);
 	snprintf(msg, sizeof msg,
 	         "container %s: isolated before start (engine=nftables table=%s rules=%d endpoints=%zu resolvers=%zu ipv6=filtered "
-	         "install=%s install-cpu=%s total=%s switches=%ld/%ld%s spec=%s runc=%s front=c)%s",
+	         "install=%s install-cpu=%s total=%s switches=%ld/%ld%s priority=%s spec=%s runc=%s front=c)%s",
 	         p->id, p->table, rules, p->allow.n_endpoints, p->allow.n_dns, install, cpu, total,
-	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued, spec_d, runc_d, p->edited ? ", CAP_NET_RAW dropped" : "");
+	         r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, queued, realtime ? "realtime" : "normal", spec_d, runc_d, p->edited ? ", CAP_NET_RAW dropped" : "");
 	log_line(log_file, 0, "info", msg);
 	_exit(0);
 }

@@ -167,6 +167,10 @@ int sforge_front_config(const char *buf, size_t len, struct sforge_front_cfg *c)
 				if (strlen(value) >= sizeof c->engine)
 					return 0;
 				strcpy(c->engine, value);
+			} else if (strcmp(key, "installPriority") == 0) {
+				if (strlen(value) >= sizeof c->priority)
+					return 0;
+				strcpy(c->priority, value);
 			} else if (strcmp(key, "log") == 0) {
 				strcpy(c->log, value);
 			} else if (strcmp(key, "hook") == 0) {
@@ -252,6 +256,12 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 		return 0;
 	if (engine != c->engine)
 		strcpy(c->engine, engine); // a known name: it fits
+	const char *prio = getenv("SFORGE_INSTALL_PRIORITY");
+	if (!prio || !*prio)
+		prio = c->priority;
+	if (*prio && !cfront_in(cfront_priorities, prio, strlen(prio)))
+		return 0; // LoadConfig says what is wrong with it
+	c->realtime = strcmp(prio, "normal") != 0;
 	// LoadConfig: the default log, "-" for none.
 	if (!*c->log)
 		strcpy(c->log, DEFAULT_LOG);
@@ -361,7 +371,7 @@ __attribute__((constructor)) static void sforge_front(void) {
 
 // For front_test.go: the lists compiled in (0 engines, 1 runc locations).
 const char *sforge_front_list(int list, int i) {
-	const char *const *l = list == 0 ? cfront_engines : usual;
+	const char *const *l = list == 0 ? cfront_engines : list == 2 ? cfront_priorities : usual;
 	for (int k = 0; l[k]; k++)
 		if (k == i)
 			return l[k];

@@ -16,6 +16,8 @@ struct sforge_front_cfg {
 	char log[4096];  // the shim's own log, "" for none
 	char hook[4096]; // the file's sforge-hook, "" for the default (sforge_front_hook)
 	long hook_timeout; // the file's hookTimeout (0 when absent)
+	char priority[16]; // the file's installPriority ("" when absent)
+	int realtime;      // $SFORGE_INSTALL_PRIORITY, else the file's: not normal
 };
 
 // The arguments of create/run the front reads (shim.ParseArgs).
@@ -52,7 +54,8 @@ int sforge_front_hook(const struct sforge_front_cfg *c, char *out, size_t cap);
 // ParseArgs does; the command line is one sforge_front_command accepted.
 void sforge_front_runc_log(char **argv, int cmd, const char **log, const char **format);
 // sforge_front_list returns the i-th entry of a list the front holds (0:
-// engine names, 1: the usual runc locations), NULL past its end.
+// engine names, 1: the usual runc locations, 2: install priorities), NULL
+// past its end.
 const char *sforge_front_list(int list, int i);
 
 // What the front installs for an isolated create (create.c).

@@ -12,12 +12,16 @@ import (
 	"testing"
 
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/shim"
 )
 
 func TestListsMatchGo(t *testing.T) {
 	if got := engineNames(); !slices.Equal(got, engines.Names) {
 		t.Errorf("front.c accepts engines %q, the shim %q: update front.c", got, engines.Names)
+	}
+	if got := priorityNames(); !slices.Equal(got, priority.Names) {
+		t.Errorf("front.c accepts install priorities %q, the shim %q: update internal/cfront/cfront.h", got, priority.Names)
 	}
 	if got := runcLocations(); !slices.Equal(got, shim.RuncLocations) {
 		t.Errorf("front.c looks for runc in %q, the shim in %q: update front.c", got, shim.RuncLocations)
@@ -195,6 +199,10 @@ var configCases = []struct {
 	{`{"hookTimeout": 0}`, true, "", ""},
 	{`{"runtime":"/a","runtime":"/b"}`, true, "/b", ""},
 	{`{"engine":"bogus"}`, true, "", "bogus"}, // read as written: the engine check comes after
+	{`{"runtime":"/a","installPriority":"normal"}`, true, "/a", ""},
+	{`{"installPriority":"bogus"}`, true, "", ""}, // read as written, like the engine
+	{`{"installPriority":"realtime-but-longer"}`, false, "", ""},
+	{`{"installPriority":1}`, false, "", ""},
 	{``, false, "", ""},
 	{`{`, false, "", ""},
 	{`{"runtime":"/a",}`, false, "", ""},
@@ -228,11 +236,11 @@ func TestConfig(t *testing.T) {
 // TestConfigReadsInstallFormat: what Go writes for a Config (compact or
 // indented), the front reads.
 func TestConfigReadsInstallFormat(t *testing.T) {
-	c := shim.Config{Runtime: "/usr/sbin/runc", Hook: "/usr/local/bin/sforge-hook", Log: "/var/log/sforge/runtime.log", HookTimeout: 10, Engine: "auto"}
+	c := shim.Config{Runtime: "/usr/sbin/runc", Hook: "/usr/local/bin/sforge-hook", Log: "/var/log/sforge/runtime.log", HookTimeout: 10, Engine: "auto", InstallPriority: "normal"}
 	compact, _ := json.Marshal(c)
 	indented, _ := json.MarshalIndent(c, "", "  ")
 	for _, b := range [][]byte{compact, append(indented, '\n')} {
-		if got, ok := config(b); !ok || got != (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout}) {
+		if got, ok := config(b); !ok || got != (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout, c.InstallPriority}) {
 			t.Errorf("config(%s) = %+v, %v", b, got, ok)
 		}
 	}
@@ -251,7 +259,7 @@ func checkConfigAgrees(t *testing.T, b []byte) {
 	if err := dec.Decode(&c); err != nil {
 		t.Fatalf("the front reads %q, the shim rejects it: %v", b, err)
 	}
-	if want := (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout}); got != want {
+	if want := (settings{c.Runtime, c.Engine, c.Hook, c.HookTimeout, c.InstallPriority}); got != want {
 		t.Fatalf("%q: the front reads %+v, the shim %+v", b, got, want)
 	}
 }
@@ -291,21 +299,27 @@ func TestResolveMatchesLoadConfig(t *testing.T) {
 		config string // "" for no file, "dir" for a directory
 		env    map[string]string
 		want   string // the runtime the front execs, "" when it leaves it to the shim
+		normal bool   // the install window at normal priority
 	}{
-		{"config", `{"runtime":"` + fake + `"}`, nil, fake},
-		{"env overrides config", `{"runtime":"/nonexistent"}`, map[string]string{"SFORGE_RUNC": "/bin/sh"}, "/bin/sh"},
-		{"no file, PATH", "", map[string]string{"PATH": filepath.Dir(fake) + ":/usr/bin"}, fake},
-		{"no file, PATH root", "", map[string]string{"PATH": "/"}, usualRunc()},
-		{"engine forced", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_ENGINE": "iptables-legacy"}, fake},
-		{"engine unknown in file", `{"runtime":"` + fake + `","engine":"bogus"}`, nil, ""},
-		{"engine unknown in env", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_ENGINE": "pf"}, ""},
-		{"runtime is the shim", `{"runtime":"` + self + `"}`, nil, ""},
-		{"runtime missing", `{"runtime":"/nonexistent/runc"}`, nil, ""},
-		{"relative PATH entry", "", map[string]string{"PATH": "bin:/usr/bin"}, ""},
-		{"empty PATH entry", "", map[string]string{"PATH": "/nonexistent:"}, ""},
-		{"unclean PATH entry", "", map[string]string{"PATH": filepath.Dir(fake) + "/"}, ""},
-		{"unknown member", `{"runtime":"` + fake + `","extra":1}`, nil, ""},
-		{"config is a directory", "dir", nil, ""},
+		{"config", `{"runtime":"` + fake + `"}`, nil, fake, false},
+		{"env overrides config", `{"runtime":"/nonexistent"}`, map[string]string{"SFORGE_RUNC": "/bin/sh"}, "/bin/sh", false},
+		{"no file, PATH", "", map[string]string{"PATH": filepath.Dir(fake) + ":/usr/bin"}, fake, false},
+		{"no file, PATH root", "", map[string]string{"PATH": "/"}, usualRunc(), false},
+		{"engine forced", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_ENGINE": "iptables-legacy"}, fake, false},
+		{"engine unknown in file", `{"runtime":"` + fake + `","engine":"bogus"}`, nil, "", false},
+		{"engine unknown in env", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_ENGINE": "pf"}, "", false},
+		{"priority in file", `{"runtime":"` + fake + `","installPriority":"normal"}`, nil, fake, true},
+		{"priority: env over file", `{"runtime":"` + fake + `","installPriority":"normal"}`, map[string]string{"SFORGE_INSTALL_PRIORITY": "realtime"}, fake, false},
+		{"priority in env", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_INSTALL_PRIORITY": "normal"}, fake, true},
+		{"priority unknown in file", `{"runtime":"` + fake + `","installPriority":"high"}`, nil, "", false},
+		{"priority unknown in env", `{"runtime":"` + fake + `"}`, map[string]string{"SFORGE_INSTALL_PRIORITY": "Normal"}, "", false},
+		{"runtime is the shim", `{"runtime":"` + self + `"}`, nil, "", false},
+		{"runtime missing", `{"runtime":"/nonexistent/runc"}`, nil, "", false},
+		{"relative PATH entry", "", map[string]string{"PATH": "bin:/usr/bin"}, "", false},
+		{"empty PATH entry", "", map[string]string{"PATH": "/nonexistent:"}, "", false},
+		{"unclean PATH entry", "", map[string]string{"PATH": filepath.Dir(fake) + "/"}, "", false},
+		{"unknown member", `{"runtime":"` + fake + `","extra":1}`, nil, "", false},
+		{"config is a directory", "dir", nil, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "absent.json")
@@ -317,18 +331,18 @@ func TestResolveMatchesLoadConfig(t *testing.T) {
 				cfg = writeConfig(c.config)
 			}
 			t.Setenv(shim.ConfigEnv, cfg)
-			for _, k := range []string{"SFORGE_RUNC", engines.EnvVar} {
+			for _, k := range []string{"SFORGE_RUNC", engines.EnvVar, priority.EnvVar} {
 				t.Setenv(k, "")
 			}
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			got, ok := resolve()
+			got, realtime, ok := resolve()
 			if !ok {
 				got = ""
 			}
-			if got != c.want {
-				t.Fatalf("the front resolves %q (ok %v), want %q", got, ok, c.want)
+			if got != c.want || (ok && realtime == c.normal) {
+				t.Fatalf("the front resolves %q (ok %v, real-time window %v), want %q (normal priority %v)", got, ok, realtime, c.want, c.normal)
 			}
 			if !ok {
 				return
@@ -339,6 +353,9 @@ func TestResolveMatchesLoadConfig(t *testing.T) {
 			}
 			if sc.Runtime != got {
 				t.Fatalf("the front execs %s, the shim %s", got, sc.Runtime)
+			}
+			if (sc.InstallPriority == priority.Realtime) != realtime {
+				t.Fatalf("the front's window real-time %v, the shim's setting %s", realtime, sc.InstallPriority)
 			}
 		})
 	}

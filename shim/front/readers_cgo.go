@@ -56,6 +56,7 @@ func mentions(b []byte) bool {
 type settings struct {
 	runtime, engine, hook string
 	hookTimeout           int
+	priority              string
 }
 
 // config runs the C settings reader; ok false means "not sure".
@@ -66,7 +67,7 @@ func config(b []byte) (s settings, ok bool) {
 	if C.sforge_front_config((*C.char)(buf), C.size_t(len(b)), &c) == 0 {
 		return settings{}, false
 	}
-	return settings{C.GoString(&c.runtime[0]), C.GoString(&c.engine[0]), C.GoString(&c.hook[0]), int(c.hook_timeout)}, true
+	return settings{C.GoString(&c.runtime[0]), C.GoString(&c.engine[0]), C.GoString(&c.hook[0]), int(c.hook_timeout), C.GoString(&c.priority[0])}, true
 }
 
 // hookPath runs the front's choice of the hook it adds to specs (the
@@ -94,13 +95,14 @@ func setChars(dst []C.char, s string) bool {
 }
 
 // resolve runs the front's whole settings decision (file, environment,
-// self check) in this process; ok false means the Go shim decides.
-func resolve() (runtime string, ok bool) {
+// self check) in this process: the runtime it execs and whether its
+// install window is real-time; ok false means the Go shim decides.
+func resolve() (runtime string, realtime, ok bool) {
 	var c C.struct_sforge_front_cfg
 	if C.sforge_front_runtime(&c) == 0 {
-		return "", false
+		return "", false, false
 	}
-	return C.GoString(&c.runtime[0]), true
+	return C.GoString(&c.runtime[0]), c.realtime != 0, true
 }
 
 // engineNames lists the engines the front accepts.
@@ -108,6 +110,9 @@ func engineNames() []string { return list(0) }
 
 // runcLocations lists where the front looks for runc when PATH has none.
 func runcLocations() []string { return list(1) }
+
+// priorityNames lists the install priorities the front accepts.
+func priorityNames() []string { return list(2) }
 
 func list(which int) []string {
 	var l []string
