@@ -114,6 +114,7 @@ func concurrentControls(b *testing.B, dir, shimBin, hookBin, runc, busybox, allo
 	for _, c := range cs {
 		c.res.isolation, c.res.cpu, c.res.own, c.res.unaccounted = shimInstallTimes(b, c.log, c.ids)
 		c.res.waited, c.res.preempted, c.res.moved = shimSwitches(b, c.log, c.ids)
+		c.res.realtime = realtimeInstalls(b, c.log, c.ids)
 		if c == front {
 			if data, _ := os.ReadFile(c.log); strings.Count(string(data), " front=c)") != len(c.ids) {
 				b.Fatalf("%s: %d of %d installs by the C front", c.res.name, strings.Count(string(data), " front=c)"), len(c.ids))

@@ -19,6 +19,7 @@ import (
 	"github.com/sforge-dev/netiso/bench/internal/lifecycle"
 	"github.com/sforge-dev/netiso/bench/internal/timing"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -164,8 +165,11 @@ type concurrentResult struct {
 	// voluntary context switch) or was preempted (an involuntary one), as
 	// its log says; moved, those the Go runtime moved to another thread.
 	waited, preempted, moved int
-	leftover                 string
-	note                     string // the hook's: how many installs its C front made
+	// realtime counts the installs whose window ran at real-time
+	// priority, as their log lines say (priority=realtime).
+	realtime int
+	leftover string
+	note     string // the hook's: how many installs its C front made
 }
 
 func (r concurrentResult) String() string {
@@ -191,8 +195,8 @@ func (r concurrentResult) String() string {
 	if d := delayedByCPU(r.isolation, r.cpu); d != "" {
 		head += fmt.Sprintf("%43s %s\n", "", d)
 	}
-	out := head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d",
-		"", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved)
+	out := head + fmt.Sprintf("%43s isolation cpu  %s (p99/p50 %.2fx); tables left: %s\n%43s installs that waited %d, were preempted %d (of %d), moved %d; at real-time priority %d",
+		"", q(r.cpu), cpuRatio, orNone(r.leftover), "", r.waited, r.preempted, len(r.isolation), r.moved, r.realtime)
 	if r.note != "" {
 		out += fmt.Sprintf("\n%43s %s", "", r.note)
 	}
@@ -267,6 +271,32 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// priorityRe reads the container and the install window's priority from
+// a runtime front's line ("container ID: isolated before start (...
+// priority=P ...") or a hook front's ("install container=ID ...
+// priority=P front=c").
+var priorityRe = regexp.MustCompile(`container[ =]([^\s:]+).* priority=(realtime|normal) `)
+
+// realtimeInstalls counts, among the ids, the installs that the log says
+// ran at real-time priority.
+func realtimeInstalls(tb testing.TB, log string, ids []string) int {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rt := map[string]bool{}
+	for _, m := range priorityRe.FindAllStringSubmatch(string(b), -1) {
+		rt[m[1]] = m[2] == "realtime"
+	}
+	n := 0
+	for _, id := range ids {
+		if rt[id] {
+			n++
+		}
+	}
+	return n
 }
 
 var shimSwitchesRe = regexp.MustCompile(`container (\S+): (?:isolated before start|control window) \(.* switches=(\S+) `)
@@ -393,11 +423,13 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		name   string
 		shared bool
 		drop   []string
+		normal bool // SFORGE_INSTALL_PRIORITY=normal: the baseline of the real-time window
 	}{
-		{"runc, private netns each", false, nil},
+		{"runc, private netns each", false, nil, false},
+		{"runc, private netns, normal priority", false, nil, true},
 		// As `sforge run` launches them: the C front's isolated create.
-		{"runc, private netns, no NET_RAW", false, []string{"CAP_NET_RAW"}},
-		{"runc, one netns by path for all", true, nil},
+		{"runc, private netns, no NET_RAW", false, []string{"CAP_NET_RAW"}, false},
+		{"runc, one netns by path for all", true, nil, false},
 	} {
 		name, shared := sc.name, sc.shared
 		if !keep(name) {
@@ -409,10 +441,14 @@ func BenchmarkConcurrentStarts(b *testing.B) {
 		}
 		rt, log, bundles := shimScenario(b, dir, fmt.Sprint(k), shimBin, hookBin, runc, busybox, allow, netns, sc.drop)
 		rt.OwnSession = ownSession
+		if sc.normal {
+			rt.Env = append(rt.Env, priority.EnvVar+"="+priority.Normal)
+		}
 		res := concurrentResult{name: name}
 		ids := runcBursts(b, rt, bundles, fmt.Sprintf("cc-%d", k), bursts, &res)
 		res.isolation, res.cpu, res.own, res.unaccounted = shimInstallTimes(b, log, ids)
 		res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
+		res.realtime = realtimeInstalls(b, log, ids)
 		if data, _ := os.ReadFile(log); sc.drop != nil && strings.Count(string(data), " front=c)") != len(ids) {
 			b.Fatalf("%s: %d of %d installs by the C front", name, strings.Count(string(data), " front=c)"), len(ids))
 		}
@@ -528,8 +564,10 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 	if err := os.WriteFile(cfg, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	// dockerd, containerd and the runc shims inherit them.
+	// dockerd, containerd and the runc shims inherit them (the install
+	// priority: the default, whatever the bench's environment says).
 	b.Setenv("SFORGE_RUNTIME_CONFIG", cfg)
+	b.Setenv(priority.EnvVar, "")
 	b.Setenv(sforgeshim.HookLogEnv, filepath.Join(dir, "hook-docker.log"))
 	d := testdocker.Start(b, testdocker.Options{DaemonConfig: map[string]any{
 		"runtimes": map[string]any{"sforge": map[string]any{"path": shimBin}},
@@ -581,6 +619,7 @@ func concurrentDocker(b *testing.B, dir, shimBin, hookBin, runc, busybox, allow 
 	}
 	res.isolation, res.cpu, res.own, res.unaccounted = shimInstallTimes(b, log, ids)
 	res.waited, res.preempted, res.moved = shimSwitches(b, log, ids)
+	res.realtime = realtimeInstalls(b, log, ids)
 	if out, err := exec.Command("grep", "-c", "level=error", log).Output(); err == nil && strings.TrimSpace(string(out)) != "0" {
 		b.Errorf("the shim logged errors:\n%s", out)
 	}
@@ -688,6 +727,7 @@ func concurrentHooks(b *testing.B, dir, hookBin, runc, busybox string, bursts in
 		}
 	}
 	res.note = fmt.Sprintf("installed by the hook's C front: %d of %d (CPU: the front's)", byFront, len(ids))
+	res.realtime = realtimeInstalls(b, log, ids)
 	return res
 }
 
@@ -722,5 +762,20 @@ func TestShareOfStart(t *testing.T) {
 	}
 	if got := shareOfStart(ms(1), nil); got != "" {
 		t.Fatalf("no starts: %q, want nothing", got)
+	}
+}
+
+func TestRealtimeInstalls(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "x.log")
+	lines := `time="t" level=info msg="sforge-runtime: container cc-0-0-1: isolated before start (engine=nftables table=T rules=13 endpoints=1 resolvers=1 ipv6=filtered install=300µs install-cpu=299µs total=310µs switches=0/0 queued=0s priority=realtime spec=1ms runc=30ms front=c)"
+time="t" level=info msg="sforge-runtime: container cc-0-0-2: isolated before start (engine=nftables table=T rules=13 endpoints=1 resolvers=1 ipv6=filtered install=300µs install-cpu=299µs total=310µs switches=0/1 queued=5µs priority=normal spec=1ms runc=30ms front=c)"
+2026-12-01T15:00:00Z install container=ch-0-3 stage=createRuntime engine=nftables chain=T rules=13 ipv6=filtered duration=400µs cpu=399µs switches=0/0 queued=0s priority=realtime front=c
+2026-12-01T15:00:00Z install container=ch-0-4 stage=createRuntime engine=nftables chain=T rules=13 ipv6=filtered duration=400µs front=go: its engine did not install
+`
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := realtimeInstalls(t, log, []string{"cc-0-0-1", "cc-0-0-2", "ch-0-3", "ch-0-4", "absent"}); got != 2 {
+		t.Fatalf("%d installs at real-time priority, want 2 (cc-0-0-1, ch-0-3)", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sforge-dev/netiso/bench/internal/lifecycle"
 	"github.com/sforge-dev/netiso/bench/internal/timing"
 	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
 	sforgeshim "github.com/sforge-dev/netiso/shim"
@@ -490,7 +491,7 @@ func cleanEnv() []string {
 	for _, e := range os.Environ() {
 		k, _, _ := strings.Cut(e, "=")
 		switch k {
-		case engines.EnvVar, "SFORGE_RUNTIME_CONFIG", "SFORGE_RUNC", "SFORGE_HOOK_LOG":
+		case engines.EnvVar, "SFORGE_RUNTIME_CONFIG", "SFORGE_RUNC", "SFORGE_HOOK_LOG", priority.EnvVar:
 			continue
 		}
 		env = append(env, e)
