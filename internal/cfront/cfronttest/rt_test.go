@@ -65,3 +65,19 @@ func TestRTWindowBudget(t *testing.T) {
 		t.Errorf("after %v of spinning: %+v; want SCHED_OTHER (demoted by SIGXCPU), the limit and SIGXCPU as before", 10*RTBudget, w)
 	}
 }
+
+// BenchmarkRTWindow: what the real-time window adds to an install (its
+// system calls: limit, signal action, policy, and back), against the
+// same call with the setting normal.
+func BenchmarkRTWindow(b *testing.B) {
+	testenv.RequireRoot(b)
+	for _, wanted := range []bool{false, true} {
+		b.Run(map[bool]string{false: "normal", true: "realtime"}[wanted], func(b *testing.B) {
+			for b.Loop() {
+				if w, err := RT(wanted, 0, false); err != nil || w.On != wanted {
+					b.Fatalf("%+v %v", w, err)
+				}
+			}
+		})
+	}
+}
