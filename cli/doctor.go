@@ -56,21 +56,33 @@ func checkShimConfig() []installer.Finding {
 // would choose it: $SFORGE_ENGINE, else "engine" in its settings file,
 // else auto.
 func checkRuleEngine() []installer.Finding {
+	cfg, source, ok := shimSetting(engines.EnvVar, "engine")
+	if !ok {
+		return nil // reported by the shim config check
+	}
+	return engineFindings(cfg.Engine, source, nftables.Supported)
+}
+
+// shimSetting loads sforge-runtime's settings as it does and says where
+// one of them came from: "$<env>" when env is set, the file's path when it
+// has the member key, else "default". ok is false when the settings do not
+// load.
+func shimSetting(env, key string) (cfg shim.Config, source string, ok bool) {
 	path := os.Getenv(shim.ConfigEnv)
 	if path == "" {
 		path = shim.DefaultConfigPath
 	}
 	cfg, err := shim.LoadConfig(path, "/nonexistent/sforge-runtime", os.Getenv)
 	if err != nil {
-		return nil // reported by the shim config check
+		return cfg, "", false
 	}
-	source := "default"
-	if os.Getenv(engines.EnvVar) != "" {
-		source = "$" + engines.EnvVar
-	} else if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), `"engine"`) {
+	source = "default"
+	if os.Getenv(env) != "" {
+		source = "$" + env
+	} else if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), `"`+key+`"`) {
 		source = path
 	}
-	return engineFindings(cfg.Engine, source, nftables.Supported)
+	return cfg, source, true
 }
 
 // engineFindings says which engine name resolves to on this host, with
@@ -106,19 +118,9 @@ func engineFindings(name, source string, probe func() error) []installer.Finding
 // runtime's settings file, else realtime; and whether a process with
 // doctor's rights may use real-time scheduling.
 func checkInstallPriority() []installer.Finding {
-	path := os.Getenv(shim.ConfigEnv)
-	if path == "" {
-		path = shim.DefaultConfigPath
-	}
-	cfg, err := shim.LoadConfig(path, "/nonexistent/sforge-runtime", os.Getenv)
-	if err != nil {
+	cfg, source, ok := shimSetting(priority.EnvVar, "installPriority")
+	if !ok {
 		return nil // reported by the shim config check
-	}
-	source := "default"
-	if os.Getenv(priority.EnvVar) != "" {
-		source = "$" + priority.EnvVar
-	} else if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), `"installPriority"`) {
-		source = path
 	}
 	return priorityFindings(cfg.InstallPriority, source, realtimeAllowed)
 }
