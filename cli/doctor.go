@@ -154,8 +154,9 @@ func priorityFindings(name, source string, allowed func() error) []installer.Fin
 	}
 	if err := allowed(); err != nil {
 		return []installer.Finding{{Check: check, Severity: installer.Info,
-			Message: "realtime (" + source + "), but a process with these rights may not use it (" + err.Error() + "): " +
-				"a runtime or hook run so (rootless engines) installs at normal priority; isolation is the same"}}
+			Message: "realtime (" + source + "), but a process with these rights, in this cgroup, may not use it (" + err.Error() + "): " +
+				"a runtime or hook run so (rootless engines; a cgroup with cpu.rt_runtime_us 0 where the kernel schedules real-time tasks by cgroup) " +
+				"installs at normal priority; isolation is the same"}}
 	}
 	return []installer.Finding{{Check: check, Severity: installer.OK,
 		Message: "realtime (" + source + "): each install window (under a millisecond) runs at SCHED_FIFO 1, bounded to " +

@@ -107,7 +107,7 @@ func TestPriorityFindings(t *testing.T) {
 		want           string
 	}{
 		{"realtime", "realtime", allowed, installer.OK, "realtime (default): each install window (under a millisecond) runs at SCHED_FIFO 1"},
-		{"realtime, not permitted", "realtime", denied, installer.Info, "but a process with these rights may not use it (operation not permitted)"},
+		{"realtime, not permitted", "realtime", denied, installer.Info, "but a process with these rights, in this cgroup, may not use it (operation not permitted)"},
 		{"normal", "normal", denied, installer.OK, "normal (default): installs keep the host's normal scheduling"},
 	}
 	for _, tt := range tests {

@@ -49,6 +49,10 @@ type Options struct {
 	// argument); empty leaves the hook's default. podman and CRI-O give
 	// hooks no environment, so this is the only way to move it.
 	HookLog string
+	// InstallPriority is the hook's install priority (priority.Names) in
+	// the hooks.d entries' environment; empty or realtime leaves the
+	// default (nothing written).
+	InstallPriority string
 }
 
 // RuntimePath is the shim's installed path.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,38 @@ func TestRuntimePodman(t *testing.T) {
 		// (hook/front): podman's hooks.d path starts no Go process.
 		if front.Built && !strings.Contains(string(b), " front=c\n") {
 			t.Errorf("the install was not the hook front's (no front=c):\n%s", b)
+		}
+		// Its priority, whichever the host allowed: real-time by
+		// default, normal where conmon's cgroup has no real-time time
+		// (a kernel with RT group scheduling, as this machine's: cgroup
+		// v1 children get cpu.rt_runtime_us 0).
+		if front.Built && !regexp.MustCompile(` priority=(realtime|normal) front=c\n`).Match(b) {
+			t.Errorf("the hook front's install line has no priority:\n%s", b)
+		}
+	})
+	t.Run("install priority normal", func(t *testing.T) {
+		// sforge install --install-priority normal puts the setting in
+		// the hooks.d entries' environment, the only one podman gives a
+		// hook; the front's install then says so. Reinstalled as it was
+		// after.
+		install := func(extra ...string) {
+			args := append([]string{"install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog}, extra...)
+			if out, err := regSforge(t, prefix, nil, args...); err != nil {
+				t.Fatalf("sforge %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		install("--install-priority", "normal")
+		t.Cleanup(func() { install() })
+		normal := func() int {
+			b, _ := os.ReadFile(hookLog)
+			return strings.Count(string(b), " priority=normal front=c\n")
+		}
+		before := normal()
+		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
+		regExpect(t, out, checks)
+		if front.Built && normal() != before+1 {
+			b, _ := os.ReadFile(hookLog)
+			t.Errorf("no install at normal priority by the hook's front:\n%s", b)
 		}
 	})
 	t.Run("user namespace", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/shim"
@@ -117,6 +118,9 @@ func (e *Engine) Content(stage string) []byte {
 	}
 	// podman and CRI-O give a hook only the environment its entry names.
 	f.Hook.Env = []string{shim.HookProcsEnv}
+	if p := e.Options.InstallPriority; p != "" && p != priority.Realtime {
+		f.Hook.Env = append(f.Hook.Env, priority.EnvVar+"="+p)
+	}
 	t := HookTimeout
 	f.Hook.Timeout = &t
 	f.When.Annotations = map[string]string{KeyPattern: ValuePattern}

@@ -174,6 +174,21 @@ func TestHookLog(t *testing.T) {
 	}
 }
 
+// --install-priority normal goes in both entries' environment (the hook's
+// front reads it there); realtime, the default, writes nothing.
+func TestHookInstallPriority(t *testing.T) {
+	e := &Engine{Options: installer.Options{Prefix: "/p", InstallPriority: "normal"}, Runtimes: []string{"podman"}}
+	for _, stage := range []string{"createRuntime", "poststop"} {
+		if want, got := []string{"GOMAXPROCS=1", "SFORGE_INSTALL_PRIORITY=normal"}, entry(t, e, stage).Hook.Env; !slices.Equal(got, want) {
+			t.Errorf("%s env %q, want %q", stage, got, want)
+		}
+	}
+	e.Options.InstallPriority = "realtime"
+	if want, got := []string{"GOMAXPROCS=1"}, entry(t, e, "createRuntime").Hook.Env; !slices.Equal(got, want) {
+		t.Errorf("realtime: env %q, want %q", got, want)
+	}
+}
+
 // Every entry gives the hook one P from its start (shim.HookProcsEnv):
 // podman and CRI-O give a hook only the environment its entry names.
 func TestHookEnv(t *testing.T) {
