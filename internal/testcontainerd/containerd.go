@@ -43,6 +43,8 @@ func Start(t testing.TB) *Daemon {
 	testenv.RequireBinary(t, "containerd-shim-runc-v2")
 	testenv.RequireBinary(t, "ctr")
 	testenv.RequireBinary(t, "nsenter")
+	// The cgroup of the namespace's containers, which containerd leaves.
+	testenv.RemoveNewCgroups(t, Namespace)
 	// Unix socket paths are limited to 108 bytes: keep the directory short.
 	dir, err := os.MkdirTemp("", "sfc")
 	if err != nil {

@@ -86,6 +86,8 @@ func Start(t testing.TB, o Options) *Daemon {
 	testenv.RequireBinary(t, "dockerd")
 	testenv.RequireBinary(t, "docker")
 	testenv.RequireBinary(t, "nsenter")
+	// dockerd's cgroupfs parent for its containers, which it leaves.
+	testenv.RemoveNewCgroups(t, "docker")
 
 	// Unix socket paths are limited to 108 bytes: keep the directory short.
 	dir, err := os.MkdirTemp("", "sfd")

@@ -77,6 +77,9 @@ func New(t testing.TB, o Options) *Podman {
 	testenv.RequireBinary(t, "podman")
 	testenv.RequireBinary(t, "conmon")
 	testenv.RequireBinary(t, "nsenter")
+	// podman's cgroupfs parent for conmon and the containers, which it
+	// leaves.
+	testenv.RemoveNewCgroups(t, "libpod_parent")
 	dir, err := os.MkdirTemp("", "sfp")
 	if err != nil {
 		t.Fatal(err)
