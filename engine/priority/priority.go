@@ -6,12 +6,13 @@
 // SCHED_FIFO priority 1 (Realtime, the default), so that under load no
 // normal task preempts it and its time is its own work, not the host's run
 // queue: with 32 containers started at once on 2 cores, its wall p99/p50
-// fell from 7-30x to 1.2-1.8x (BENCHMARKS.md, "Seventeenth round"). The
-// window is bounded (internal/cfront/cfront.h: RLIMIT_RTTIME, reset on
-// fork); Normal turns it off. Where the process has no right to real-time
-// scheduling (rootless engines), the window runs at normal priority
-// either way. The Go paths, the fronts' fallbacks, install at normal
-// priority.
+// fell from 4.5-45x to 1.2-1.9x on a host whose netfilter hooks are in use
+// (BENCHMARKS.md, "Seventeenth round"). The window is bounded
+// (internal/cfront/cfront.h: RLIMIT_RTTIME, reset on fork); Normal turns
+// it off. Where the process may not use real-time scheduling (rootless
+// engines; a cgroup without real-time time on a kernel that schedules
+// real-time tasks by cgroup), the window runs at normal priority either
+// way. The Go paths, the fronts' fallbacks, install at normal priority.
 package priority
 
 import (
