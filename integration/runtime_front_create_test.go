@@ -408,3 +408,17 @@ func denySetns(t *testing.T) string {
 	}
 	return out
 }
+
+// requireNormalScheduling fails unless process pid runs at the host's
+// normal scheduling: what sforge's real-time install window must not
+// pass on to a container.
+func requireNormalScheduling(t *testing.T, pid int) {
+	t.Helper()
+	a, err := unix.SchedGetAttr(pid, 0)
+	if err != nil {
+		t.Fatalf("scheduling of process %d: %v", pid, err)
+	}
+	if a.Policy != unix.SCHED_NORMAL || a.Priority != 0 {
+		t.Fatalf("process %d: scheduling policy %d priority %d, want SCHED_NORMAL", pid, a.Policy, a.Priority)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
@@ -27,20 +26,6 @@ import (
 // and whoever runs it after create: one namespace for the container's
 // processes and `runc exec`, loopback up, no descriptor of sforge's inside,
 // the bundle reusable, and nothing created when the rules fail.
-
-// requireNormalScheduling fails unless process pid runs at the host's
-// normal scheduling: what sforge's real-time install window must not
-// pass on to a container.
-func requireNormalScheduling(t *testing.T, pid int) {
-	t.Helper()
-	a, err := unix.SchedGetAttr(pid, 0)
-	if err != nil {
-		t.Fatalf("scheduling of process %d: %v", pid, err)
-	}
-	if a.Policy != unix.SCHED_NORMAL || a.Priority != 0 {
-		t.Fatalf("process %d: scheduling policy %d priority %d, want SCHED_NORMAL", pid, a.Policy, a.Priority)
-	}
-}
 
 // privateNetNS gives the bundle's container a new network namespace.
 func privateNetNS(sp *specs.Spec) {

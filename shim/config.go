@@ -68,7 +68,8 @@ type Config struct {
 	// InstallPriority is how the runtime's C front schedules its install
 	// window (priority.Names; default realtime: SCHED_FIFO 1 for that
 	// sub-millisecond window, see package priority). The shim passes a
-	// non-default value to the hooks it adds. $SFORGE_INSTALL_PRIORITY
+	// non-default value to the createRuntime hook it adds (the one that
+	// installs). $SFORGE_INSTALL_PRIORITY
 	// overrides it.
 	InstallPriority string `json:"installPriority,omitempty"`
 }

@@ -429,7 +429,9 @@ func (s *Shim) Isolate(id string, spec *Spec, withHook bool) (string, error) {
 		if v := s.getenv(HookLogEnv); v != "" {
 			h.Env = append(h.Env, HookLogEnv+"="+v)
 		}
-		if s.InstallPriority != "" && s.InstallPriority != priority.Realtime {
+		// The install priority, where the hook installs: a poststop
+		// removes, and its entry stays the one the C front writes.
+		if stage == StageCreateRuntime && s.InstallPriority != "" && s.InstallPriority != priority.Realtime {
 			h.Env = append(h.Env, priority.EnvVar+"="+s.InstallPriority)
 		}
 		if _, err := spec.AddHook(stage, h); err != nil {

@@ -118,7 +118,8 @@ func (e *Engine) Content(stage string) []byte {
 	}
 	// podman and CRI-O give a hook only the environment its entry names.
 	f.Hook.Env = []string{shim.HookProcsEnv}
-	if p := e.Options.InstallPriority; p != "" && p != priority.Realtime {
+	// The install priority, where the hook installs (poststop removes).
+	if p := e.Options.InstallPriority; stage == shim.StageCreateRuntime && p != "" && p != priority.Realtime {
 		f.Hook.Env = append(f.Hook.Env, priority.EnvVar+"="+p)
 	}
 	t := HookTimeout

@@ -513,7 +513,7 @@ void sforge_front_isolated_create(const struct sforge_front_cfg *c, char **argv,
 	// The window at real-time priority (cfront.h): from here to the
 	// rules' read-back, no normal task preempts the install.
 	static struct cfront_rt rt;
-	cfront_rt_begin(&rt, c->realtime);
+	cfront_rt_begin(&rt, strcmp(c->priority, "normal") != 0);
 	// The thread's wait for a CPU, read at both ends inside the window:
 	// the log tells the host's run queue from the install's work.
 	int sched = cfront_schedstat_open();

@@ -261,7 +261,8 @@ int sforge_front_runtime(struct sforge_front_cfg *c) {
 		prio = c->priority;
 	if (*prio && !cfront_in(cfront_priorities, prio, strlen(prio)))
 		return 0; // LoadConfig says what is wrong with it
-	c->realtime = strcmp(prio, "normal") != 0;
+	if (prio != c->priority)
+		strcpy(c->priority, prio); // a known name: it fits
 	// LoadConfig: the default log, "-" for none.
 	if (!*c->log)
 		strcpy(c->log, DEFAULT_LOG);

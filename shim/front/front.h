@@ -16,8 +16,7 @@ struct sforge_front_cfg {
 	char log[4096];  // the shim's own log, "" for none
 	char hook[4096]; // the file's sforge-hook, "" for the default (sforge_front_hook)
 	long hook_timeout; // the file's hookTimeout (0 when absent)
-	char priority[16]; // the file's installPriority ("" when absent)
-	int realtime;      // $SFORGE_INSTALL_PRIORITY, else the file's: not normal
+	char priority[16]; // $SFORGE_INSTALL_PRIORITY, else the file's installPriority ("" for realtime)
 };
 
 // The arguments of create/run the front reads (shim.ParseArgs).

@@ -102,7 +102,7 @@ func resolve() (runtime string, realtime, ok bool) {
 	if C.sforge_front_runtime(&c) == 0 {
 		return "", false, false
 	}
-	return C.GoString(&c.runtime[0]), c.realtime != 0, true
+	return C.GoString(&c.runtime[0]), C.GoString(&c.priority[0]) != "normal", true
 }
 
 // engineNames lists the engines the front accepts.
