@@ -110,6 +110,14 @@ func (e *Engine) Plan(op installer.Op) (installer.Plan, error) {
 	if err != nil {
 		return p, fmt.Errorf("failed to parse %s: %w; fix the JSON first", path, err)
 	}
+	// dockerd reads daemon.json into a struct, and encoding/json matches
+	// member names regardless of case: "Runtimes" is "runtimes" to it. One
+	// we would not edit is refused, not written beside.
+	for _, m := range doc.members {
+		if m.key != "runtimes" && strings.EqualFold(m.key, "runtimes") {
+			return p, fmt.Errorf("failed to parse %s: %q is \"runtimes\" to dockerd, which matches member names regardless of case; rename it to \"runtimes\" first", path, m.key)
+		}
+	}
 	runtimes := &object{}
 	if raw, ok := doc.get("runtimes"); ok {
 		if runtimes, err = parseObject(raw); err != nil {

@@ -470,3 +470,21 @@ func TestPlanRefusesMalformedRuntime(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRefusesCaseFoldedRuntimes: a member dockerd reads as "runtimes"
+// whatever its case is refused, with the fix, alone or beside "runtimes"
+// (found by FuzzPlan).
+func TestPlanRefusesCaseFoldedRuntimes(t *testing.T) {
+	for _, in := range []string{`{"runtiMes":{"":""}}`, `{"Runtimes":{"runc":{"path":"/r"}}}`, `{"runtimes":{},"RUNTIMES":{}}`} {
+		path := filepath.Join(t.TempDir(), "daemon.json")
+		if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e := &Engine{Options: installer.Options{Prefix: "/p"}, ConfigPath: path}
+		for _, op := range []installer.Op{installer.Install, installer.Uninstall} {
+			if _, err := e.Plan(op); err == nil || !strings.Contains(err.Error(), `is "runtimes" to dockerd`) || !strings.Contains(err.Error(), `rename it to "runtimes" first`) {
+				t.Fatalf("Plan(%s) of %s: error = %v", op, in, err)
+			}
+		}
+	}
+}
