@@ -7,17 +7,11 @@ FUZZTIME ?= 30s
 TEST_TIMEOUT ?= 80m
 
 CMDS      := $(notdir $(wildcard cmd/*))
-FRONT_CMDS := sforge-runtime sforge-hook
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /integration)
-# Static, stripped binaries: the hook and the shim sit on every container
-# start, and bundles built from scratch need static probes. sforge-runtime
-# and sforge-hook also link their C fronts (shim/front, hook/front),
-# statically against musl (musl-tools): glibc's static start-up costs the Go
-# path ~1.5 ms per process here, musl's nothing measurable (BENCHMARKS.md);
-# netgo and osusergo keep the resolver and user lookups pure Go.
-# internal/testbin uses the same settings (its test checks).
+# Pure Go, static, stripped binaries: no C compiler needed; bundles built
+# from scratch run the static probe. internal/testbin uses the same
+# settings (its test checks).
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
-GOBUILD_FRONT := CGO_ENABLED=1 CC=musl-gcc $(GO) build -trimpath -tags netgo,osusergo -ldflags '-s -w -linkmode external -extldflags -static'
 
 .PHONY: all build test test-unit test-integration vet bench fuzz fuzz-ci deps install uninstall clean k8s-bins
 
@@ -25,8 +19,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GOBUILD) -o $(BIN)/ $(addprefix ./cmd/,$(filter-out $(FRONT_CMDS),$(CMDS)))
-	$(GOBUILD_FRONT) -o $(BIN)/ $(addprefix ./cmd/,$(FRONT_CMDS))
+	$(GOBUILD) -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
 vet:
 	$(GO) vet ./...

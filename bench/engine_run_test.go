@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/sforge-dev/netiso/bench/internal/timing"
-	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
-	shimfront "github.com/sforge-dev/netiso/shim/front"
 )
 
 // Engine benchmarks: what isolation costs a `run --rm` of busybox `true`
@@ -29,13 +27,10 @@ import (
 // same image with NET_RAW dropped, all contenders interleaved round by
 // round with the first one rotated.
 //
-// Rootless engines are why these exist: rootless podman runs its hooks in
-// its user namespace and the host's network namespace, where the hook
-// cannot come back from the container's, so its engine opens the netlink
-// socket from a child (BenchmarkFrontInstall's "C by a child"); rootless
-// Docker runs the runtime in rootlesskit's namespaces. The lifecycle
-// benchmark's runc-level figures cannot show either; these do, with all
-// that the engine itself costs around them.
+// Rootless engines run the hook or the runtime in a user namespace of their
+// own (podman's, rootlesskit's), where the engine opens the container's
+// namespace differently; these runs show what that costs with all that the
+// engine itself does around it.
 
 // runContender is one way of starting a container with an engine.
 type runContender struct {
@@ -43,7 +38,7 @@ type runContender struct {
 	run  func() error
 	base *runContender // the same engine's plain run; nil for a plain one
 	// log and mark: every isolated run writes one line with mark to log
-	// (its install, by the C front where it is built in).
+	// (its install).
 	log, mark string
 	s         timing.Samples
 }
@@ -176,9 +171,6 @@ func BenchmarkPodman(b *testing.B) {
 		p.ImportImage(b, image, rootfs)
 		run := runWith(p.Podman)
 		mark := " install container="
-		if front.Built {
-			mark = " front=c\n"
-		}
 		plain := &runContender{name: "podman " + mode + ", plain", run: run(image, "/bin/true")}
 		cs = append(cs, plain, &runContender{name: "podman " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
 			run: run("--annotation", annotation, image, "/bin/true")})
@@ -209,12 +201,41 @@ func BenchmarkDocker(b *testing.B) {
 		d.ImportImage(b, image, rootfs)
 		run := runWith(d.Docker)
 		mark := " isolated before start ("
-		if shimfront.Built {
-			mark = " front=c)" // the C front's create, as on a rootful host
-		}
 		plain := &runContender{name: "docker " + mode + ", plain (runc)", run: run("--runtime", "runc", image, "/bin/true")}
 		cs = append(cs, plain, &runContender{name: "docker " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
 			run: run("--runtime", "sforge", "-e", allow, image, "/bin/true")})
 	}
 	engineRuns(b, "docker run --rm busybox true", cs)
+}
+
+// busyboxRootfs makes at rootfs an image's tree: busybox, the applets
+// named as links to it, and the directories a runtime mounts over.
+func busyboxRootfs(b *testing.B, rootfs, busybox string, applets ...string) string {
+	b.Helper()
+	for _, sub := range []string{"bin", "etc", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if data, err := os.ReadFile(busybox); err != nil {
+		b.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, applet := range applets {
+		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return rootfs
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }

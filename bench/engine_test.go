@@ -411,17 +411,6 @@ func BenchmarkEngineProcess(b *testing.B) {
 	b.ReportMetric(float64(nft4.Median())/1e6, "nft-process-install-ms")
 }
 
-// buildPureGo compiles pkg without cgo: for sforge-runtime, without its C
-// front (shim/front).
-func buildPureGo(b *testing.B, out, pkg string) {
-	b.Helper()
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", testbin.LDFlags, "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build %s: %v\n%s", pkg, err, msg)
-	}
-}
-
 // build compiles pkg like `make build` does (static, stripped).
 func build(b *testing.B, out, pkg, dir string) {
 	b.Helper()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sforge-dev/netiso/bench/internal/timing"
 	"github.com/sforge-dev/netiso/engine/engines"
-	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -234,8 +233,7 @@ func (h *hookRunner) run(b *testing.B, id string) {
 // state and config.json and exits, opening no engine), what every container
 // pays where the hook is registered for all containers; and the poststop of
 // a container whose namespace died with it, which every isolated container
-// pays on the hooks.d path, with the hook's C front (hook/front) and
-// without it.
+// pays on the hooks.d path.
 func BenchmarkHookNothingToDo(b *testing.B) {
 	testenv.RequireRoot(b)
 	b.Cleanup(testbin.Cleanup)
@@ -257,8 +255,7 @@ func BenchmarkHookNothingToDo(b *testing.B) {
 	}{
 		{"/bin/true", []string{"/bin/true"}, nil},
 		{"sforge-hook, no allowlist", []string{bins.Hook, "createRuntime", "--log", log}, nil},
-		{"poststop, no netns (front)", []string{bins.Hook, "poststop", "--log", log}, nil},
-		{"poststop, no netns (Go)", []string{bins.Hook, "poststop", "--log", log}, []string{front.DisableEnv + "=1"}},
+		{"poststop, no netns", []string{bins.Hook, "poststop", "--log", log}, nil},
 	}
 	names := make([]string, len(contenders))
 	for i, c := range contenders {

@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/nftables"
-	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -25,10 +22,9 @@ type doctorOptions struct {
 	system interface {
 		checks(ctx context.Context) []installer.Finding
 	}
-	shimConfig      func() []installer.Finding
-	ruleEngine      func() []installer.Finding
-	installPriority func() []installer.Finding
-	skipPresent     bool // check every engine, installed or not (tests)
+	shimConfig  func() []installer.Finding
+	ruleEngine  func() []installer.Finding
+	skipPresent bool // check every engine, installed or not (tests)
 }
 
 type realSystem struct{ installer.System }
@@ -113,56 +109,6 @@ func engineFindings(name, source string, probe func() error) []installer.Finding
 	return []installer.Finding{{Check: check, Severity: installer.OK, Message: name + " (forced by " + source + ")"}}
 }
 
-// checkInstallPriority reports how the fronts schedule their install
-// window: $SFORGE_INSTALL_PRIORITY, else "installPriority" in the
-// runtime's settings file, else realtime; and whether a process with
-// doctor's rights may use real-time scheduling.
-func checkInstallPriority() []installer.Finding {
-	cfg, source, ok := shimSetting(priority.EnvVar, "installPriority")
-	if !ok {
-		return nil // reported by the shim config check
-	}
-	return priorityFindings(cfg.InstallPriority, source, realtimeAllowed)
-}
-
-// realtimeAllowed tries SCHED_FIFO 1 on a thread of its own, which exits
-// after (so no goroutine ever runs on it raised, even when setting it back
-// fails).
-func realtimeAllowed() error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		fifo := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
-		if err := unix.SchedSetAttr(0, &fifo, 0); err != nil {
-			done <- err
-			return
-		}
-		normal := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
-		_ = unix.SchedSetAttr(0, &normal, 0)
-		done <- nil
-	}()
-	return <-done
-}
-
-// priorityFindings says how the install window is scheduled, with allowed
-// telling whether real-time scheduling is permitted to this process.
-func priorityFindings(name, source string, allowed func() error) []installer.Finding {
-	const check = "install priority"
-	if name == priority.Normal {
-		return []installer.Finding{{Check: check, Severity: installer.OK,
-			Message: "normal (" + source + "): installs keep the host's normal scheduling, and may wait for a CPU under load"}}
-	}
-	if err := allowed(); err != nil {
-		return []installer.Finding{{Check: check, Severity: installer.Info,
-			Message: "realtime (" + source + "), but a process with these rights, in this cgroup, may not use it (" + err.Error() + "): " +
-				"a runtime or hook run so (rootless engines; a cgroup with cpu.rt_runtime_us 0 where the kernel schedules real-time tasks by cgroup) " +
-				"installs at normal priority; isolation is the same"}}
-	}
-	return []installer.Finding{{Check: check, Severity: installer.OK,
-		Message: "realtime (" + source + "): each install window (under a millisecond) runs at SCHED_FIFO 1, bounded to " +
-			"10 ms of CPU, so that a loaded host does not stretch it"}}
-}
-
 // run prints every finding and returns an error when any is an Error or
 // when sforge is registered with no runtime at all.
 func (o *doctorOptions) run(ctx context.Context, w io.Writer) error {
@@ -196,11 +142,6 @@ func (o *doctorOptions) run(ctx context.Context, w io.Writer) error {
 		eng = checkRuleEngine
 	}
 	all = append(all, eng()...)
-	prio := o.installPriority
-	if prio == nil {
-		prio = checkInstallPriority
-	}
-	all = append(all, prio()...)
 	sys := o.system
 	if sys == nil {
 		sys = realSystem{}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/installer"
-	"github.com/sforge-dev/netiso/internal/testenv"
 )
 
 type fakeSystem []installer.Finding
@@ -45,9 +44,8 @@ func TestDoctor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &doctorOptions{reg: *fakeOptions(t, tt.engines...), system: tt.system,
-				shimConfig:      func() []installer.Finding { return []installer.Finding{ok("shim config")} },
-				ruleEngine:      func() []installer.Finding { return []installer.Finding{ok("rule engine")} },
-				installPriority: func() []installer.Finding { return []installer.Finding{ok("install priority")} }}
+				shimConfig: func() []installer.Finding { return []installer.Finding{ok("shim config")} },
+				ruleEngine: func() []installer.Finding { return []installer.Finding{ok("rule engine")} }}
 			var w bytes.Buffer
 			err := o.run(context.Background(), &w)
 			var ee *ExitError
@@ -94,36 +92,5 @@ func TestEngineFindings(t *testing.T) {
 				t.Fatal("an error without a fix")
 			}
 		})
-	}
-}
-
-func TestPriorityFindings(t *testing.T) {
-	allowed := func() error { return nil }
-	denied := func() error { return errors.New("operation not permitted") }
-	tests := []struct {
-		name, priority string
-		allowed        func() error
-		severity       installer.Severity
-		want           string
-	}{
-		{"realtime", "realtime", allowed, installer.OK, "realtime (default): each install window (under a millisecond) runs at SCHED_FIFO 1"},
-		{"realtime, not permitted", "realtime", denied, installer.Info, "but a process with these rights, in this cgroup, may not use it (operation not permitted)"},
-		{"normal", "normal", denied, installer.OK, "normal (default): installs keep the host's normal scheduling"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fs := priorityFindings(tt.priority, "default", tt.allowed)
-			if len(fs) != 1 || fs[0].Severity != tt.severity || !strings.Contains(fs[0].Message, tt.want) || fs[0].Check != "install priority" {
-				t.Fatalf("findings %+v, want %s %q", fs, tt.severity, tt.want)
-			}
-		})
-	}
-}
-
-// realtimeAllowed as root: permitted (CAP_SYS_NICE).
-func TestRealtimeAllowed(t *testing.T) {
-	testenv.RequireRoot(t)
-	if err := realtimeAllowed(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -10,13 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/installer/cni"
 	"github.com/sforge-dev/netiso/installer/containerd"
 	"github.com/sforge-dev/netiso/installer/docker"
 	"github.com/sforge-dev/netiso/installer/hooksd"
-	"github.com/sforge-dev/netiso/shim"
 )
 
 // registerOptions are the flags shared by install and uninstall (and, for
@@ -29,7 +27,6 @@ type registerOptions struct {
 	containerdConfig                 string
 	hooksDirs                        []string
 	hookLog                          string
-	installPriority                  string
 
 	// Kubernetes: the CNI chain of a node, the admission policy of a
 	// cluster.
@@ -65,7 +62,6 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.containerdConfig, "containerd-config", containerd.DefaultConfigPath, "containerd's config.toml")
 	f.StringSliceVar(&o.hooksDirs, "hooks-dir", hooksd.DefaultDirs, "OCI hooks directory for podman and CRI-O (repeatable)")
 	f.StringVar(&o.hookLog, "hook-log", "", "podman and CRI-O: the log file sforge-hook writes, an absolute path (default /var/log/sforge/hook.log)")
-	f.StringVar(&o.installPriority, "install-priority", "", "podman and CRI-O: how sforge-hook schedules its sub-millisecond install, realtime (SCHED_FIFO 1, bounded; the default) or normal; Docker and containerd read \"installPriority\" in "+shim.DefaultConfigPath)
 	f.BoolVar(&o.cni, "cni", false, "Kubernetes node: copy sforge-cni to --cni-bin-dir and chain it into the node's CNI conflist")
 	f.StringVar(&o.cniBinDir, "cni-bin-dir", cni.DefaultBinDir, "CNI plugin directory")
 	f.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "CNI network config directory (the first config by name is the one the runtime loads)")
@@ -106,9 +102,6 @@ func (o *registerOptions) validate() error {
 	}
 	if o.hookLog != "" && !filepath.IsAbs(o.hookLog) {
 		return fmt.Errorf("--hook-log %q must be an absolute path (the hook runs in the runtime's working directory)", o.hookLog)
-	}
-	if _, err := priority.Parse(o.installPriority, "--install-priority"); err != nil {
-		return err
 	}
 	if err := o.validateEventKubeconfig(); err != nil {
 		return err
@@ -165,7 +158,7 @@ func (o *registerOptions) engines() []installer.Engine {
 	if o.newEngines != nil {
 		return o.newEngines(o)
 	}
-	opts := installer.Options{Prefix: o.prefix, HookLog: o.hookLog, InstallPriority: o.installPriority}
+	opts := installer.Options{Prefix: o.prefix, HookLog: o.hookLog}
 	all := []installer.Engine{
 		&docker.Engine{Options: opts, ConfigPath: o.dockerConfig},
 		&containerd.Engine{Options: opts, ConfigPath: o.containerdConfig},

@@ -159,14 +159,6 @@ func TestInstallValidate(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	o.installPriority = "fifo"
-	if err := o.validate(); err == nil || !strings.Contains(err.Error(), `unknown install priority "fifo" in --install-priority (allowed: realtime, normal)`) {
-		t.Fatalf("--install-priority fifo: %v", err)
-	}
-	o.installPriority = "normal"
-	if err := o.validate(); err != nil {
-		t.Fatal(err)
-	}
 	o.hooksDirs = nil
 	if err := o.validate(); err == nil {
 		t.Fatal("empty --hooks-dir accepted")

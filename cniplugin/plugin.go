@@ -180,11 +180,13 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 }
 
 // allowlist finds the Pod's allowlist: the pod-annotations capability
-// first, else the API server when configured. DNS resolvers from the dns
-// capability are added, since Kubernetes Pods resolve names through it.
+// first, else the API server when configured; read and decoded by
+// policy.Find, as the runtime wrapper and the hook read a container's.
+// DNS resolvers from the dns capability are added, since Kubernetes Pods
+// resolve names through it.
 func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist, bool, error) {
-	value, found := conf.RuntimeConfig.PodAnnotations[policy.AnnotationKey]
-	if !found && conf.RuntimeConfig.PodAnnotations == nil && conf.Kubeconfig != "" && p.Pods != nil {
+	ann := conf.RuntimeConfig.PodAnnotations
+	if _, found := ann[policy.AnnotationKey]; !found && ann == nil && conf.Kubeconfig != "" && p.Pods != nil {
 		k, err := ParseK8sArgs(args.Args)
 		if err != nil {
 			return policy.Allowlist{}, false, err
@@ -192,22 +194,19 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 		if k.K8S_POD_NAME != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), p.apiTimeout())
 			defer cancel()
-			ann, err := p.Pods.Annotations(ctx, conf.Kubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID))
-			if err != nil {
+			if ann, err = p.Pods.Annotations(ctx, conf.Kubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID)); err != nil {
 				return policy.Allowlist{}, false, fmt.Errorf("sforge-cni: failed to read the annotations of pod %s/%s: %w", k.K8S_POD_NAMESPACE, k.K8S_POD_NAME, err)
 			}
-			value, found = ann[policy.AnnotationKey]
 		}
 	}
-	if !found {
-		return policy.Allowlist{}, false, nil
-	}
-	a, err := policy.Decode(value)
+	a, found, err := policy.Find(ann, nil)
 	if err != nil {
 		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s: %w", podName(args), err)
 	}
-	a.DNS = append(a.DNS, conf.dnsServers()...)
-	return a, true, nil
+	if found {
+		a.DNS = append(a.DNS, conf.dnsServers()...)
+	}
+	return a, found, nil
 }
 
 // recordEnforced records the enforcement Event when the netconf asks for

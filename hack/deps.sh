@@ -26,12 +26,9 @@ declare -A need=(
   [curl]=curl
   # the benchmarks' seed baseline as the seed ran it (`sudo -n iptables` per rule)
   [sudo]=sudo
-  # the test node's static pause (internal/testcluster, hack/k8s/pause.c) and
-  # integration/testdata/deny-setns.c
+  # the test node's static pause (internal/testcluster, hack/k8s/pause.c)
   [gcc]=gcc
   [/usr/include/stdlib.h]=libc6-dev
-  # sforge-runtime's C front (shim/front), linked static against musl
-  [musl-gcc]=musl-tools
 )
 
 missing=()

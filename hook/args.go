@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/sforge-dev/netiso/engine/engines"
-	"github.com/sforge-dev/netiso/engine/priority"
 )
 
 // Stages of the OCI runtime-spec the hook serves. createRuntime runs in the
@@ -32,11 +31,6 @@ type Options struct {
 	// Engine is one of engines.Names: --engine, else SFORGE_ENGINE, else
 	// auto (nftables where the kernel supports it, else iptables).
 	Engine string
-	// InstallPriority is how the hook's C front schedules its install
-	// window (priority.Names): SFORGE_INSTALL_PRIORITY, else realtime.
-	// The Go hook, its fallback, installs at normal priority; it reads
-	// the setting to report a bad value.
-	InstallPriority string
 }
 
 // Usage is the one-line synopsis printed with argument errors.
@@ -56,11 +50,6 @@ func ParseArgs(args []string, getenv func(string) string) (Options, error) {
 		}
 		o.Engine = v
 	}
-	p, err := priority.Parse(getenv(priority.EnvVar), "$"+priority.EnvVar)
-	if err != nil {
-		return o, err
-	}
-	o.InstallPriority = p
 	if len(args) == 0 {
 		return o, fmt.Errorf("missing stage (want %s, %s or %s)", StageCreateRuntime, StagePrestart, StagePoststop)
 	}

@@ -17,13 +17,13 @@ func TestParseArgs(t *testing.T) {
 		want    Options
 		wantErr string
 	}{
-		{"createRuntime", []string{"createRuntime"}, noEnv, Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"prestart", []string{"prestart"}, noEnv, Options{Stage: StagePrestart, LogPath: DefaultLogPath, Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"poststop with log", []string{"poststop", "--log", "/tmp/x.log"}, noEnv, Options{Stage: StagePoststop, LogPath: "/tmp/x.log", Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"log with =", []string{"poststop", "--log=/tmp/x.log"}, noEnv, Options{Stage: StagePoststop, LogPath: "/tmp/x.log", Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"log from env", []string{"poststop"}, env(map[string]string{LogEnv: "/e.log"}), Options{Stage: StagePoststop, LogPath: "/e.log", Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"argument beats env", []string{"poststop", "--log", "/a.log"}, env(map[string]string{LogEnv: "/e.log"}), Options{Stage: StagePoststop, LogPath: "/a.log", Engine: "auto", InstallPriority: "realtime"}, ""},
-		{"engine", []string{"createRuntime", "--engine", "iptables-legacy"}, noEnv, Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "iptables-legacy", InstallPriority: "realtime"}, ""},
+		{"createRuntime", []string{"createRuntime"}, noEnv, Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "auto"}, ""},
+		{"prestart", []string{"prestart"}, noEnv, Options{Stage: StagePrestart, LogPath: DefaultLogPath, Engine: "auto"}, ""},
+		{"poststop with log", []string{"poststop", "--log", "/tmp/x.log"}, noEnv, Options{Stage: StagePoststop, LogPath: "/tmp/x.log", Engine: "auto"}, ""},
+		{"log with =", []string{"poststop", "--log=/tmp/x.log"}, noEnv, Options{Stage: StagePoststop, LogPath: "/tmp/x.log", Engine: "auto"}, ""},
+		{"log from env", []string{"poststop"}, env(map[string]string{LogEnv: "/e.log"}), Options{Stage: StagePoststop, LogPath: "/e.log", Engine: "auto"}, ""},
+		{"argument beats env", []string{"poststop", "--log", "/a.log"}, env(map[string]string{LogEnv: "/e.log"}), Options{Stage: StagePoststop, LogPath: "/a.log", Engine: "auto"}, ""},
+		{"engine", []string{"createRuntime", "--engine", "iptables-legacy"}, noEnv, Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "iptables-legacy"}, ""},
 		{"no stage", nil, noEnv, Options{}, "missing stage"},
 		{"unknown stage", []string{"poststart"}, noEnv, Options{}, `unknown stage "poststart"`},
 		{"stage is case sensitive", []string{"createruntime"}, noEnv, Options{}, "unknown stage"},
@@ -31,10 +31,8 @@ func TestParseArgs(t *testing.T) {
 		{"missing value", []string{"createRuntime", "--log"}, noEnv, Options{}, "--log needs a value"},
 		{"empty value", []string{"createRuntime", "--log="}, noEnv, Options{}, "--log needs a value"},
 		{"bad engine", []string{"createRuntime", "--engine", "ebpf"}, noEnv, Options{}, "allowed: auto, nftables, iptables, iptables-nft, iptables-legacy"},
-		{"engine from env", []string{"createRuntime"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "nftables", InstallPriority: "realtime"}, ""},
-		{"argument beats env engine", []string{"createRuntime", "--engine=iptables"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "iptables", InstallPriority: "realtime"}, ""},
-		{"priority from env", []string{"createRuntime"}, env(map[string]string{"SFORGE_INSTALL_PRIORITY": "normal"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "auto", InstallPriority: "normal"}, ""},
-		{"bad env priority", []string{"createRuntime"}, env(map[string]string{"SFORGE_INSTALL_PRIORITY": "high"}), Options{}, `unknown install priority "high" in $SFORGE_INSTALL_PRIORITY (allowed: realtime, normal)`},
+		{"engine from env", []string{"createRuntime"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "nftables"}, ""},
+		{"argument beats env engine", []string{"createRuntime", "--engine=iptables"}, env(map[string]string{"SFORGE_ENGINE": "nftables"}), Options{Stage: StageCreateRuntime, LogPath: DefaultLogPath, Engine: "iptables"}, ""},
 		{"bad env engine", []string{"createRuntime"}, env(map[string]string{"SFORGE_ENGINE": "pf"}), Options{}, "unknown engine \"pf\" in SFORGE_ENGINE"},
 	}
 	for _, c := range cases {

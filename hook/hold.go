@@ -9,8 +9,7 @@ import (
 )
 
 // HoldStage is the hook's internal mode for the process holdNetlink
-// starts; runtimes never pass it. hook/front ends it in C, before Go
-// starts.
+// starts; runtimes never pass it.
 const HoldStage = "hold-netlink"
 
 // holdTimeout bounds a holder whose parent's end of the pipe leaked.

@@ -22,22 +22,8 @@ import (
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
 	"github.com/sforge-dev/netiso/engine/nftables"
-	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/oci"
 )
-
-// BeforeInstall, when set, runs just before the rules of an isolated
-// container go in, and only then. cmd/sforge-hook sets it to run the rest
-// of the hook with one P: what that costs (the Go runtime stops the world
-// to change it, about 0.1 ms of a fresh process here) is then not paid by
-// the runs that have nothing to do (poststop of a private namespace, a
-// container without an allowlist).
-var BeforeInstall func()
-
-// FrontLeft, when set, tells why cmd/sforge-hook's C front left this
-// install to Go (hook/front.Left); the install's log line then ends in
-// " front=go: <why>", so that a user can see why a start took the slower
-// path.
-var FrontLeft func() string
 
 // Main runs the hook with the process's arguments (program name first) and
 // returns the exit status. Failures are one line on stderr.
@@ -77,26 +63,11 @@ type Hook struct {
 	HostNetNS []string
 }
 
-// Refusal is a reason not to start a container, printed as
-// "container <id>: <cause>; <fix>".
-type Refusal struct {
-	ID    string
-	Cause string
-	Fix   string
-}
-
-func (r *Refusal) Error() string {
-	if r.ID == "" {
-		return r.Cause + "; " + r.Fix
-	}
-	return fmt.Sprintf("container %s: %s; %s", r.ID, r.Cause, r.Fix)
-}
-
 // Run executes stage for the container whose OCI state is on stdin. At
 // createRuntime and prestart an error means the container must not start.
 // poststop never returns an error: its problems go to the log.
 func (h *Hook) Run(stage string, stdin io.Reader) error {
-	st, err := ReadState(stdin)
+	st, err := oci.ReadState(stdin)
 	if stage == StagePoststop {
 		if err != nil {
 			h.Log.Printf("poststop error: %v", err)
@@ -106,7 +77,7 @@ func (h *Hook) Run(stage string, stdin io.Reader) error {
 		return nil
 	}
 	if err != nil {
-		r := &Refusal{Cause: err.Error(), Fix: "the runtime must pass the OCI state on stdin"}
+		r := &oci.Refusal{Cause: err.Error(), Fix: "the runtime must pass the OCI state on stdin"}
 		h.Log.Printf("refuse stage=%s: %v", stage, r)
 		return r
 	}
@@ -137,66 +108,44 @@ func (h *Hook) hostNetNS() []string {
 	return hostNetNS
 }
 
-// install is also made in C, before Go starts, by cmd/sforge-hook's front
-// (hook/front: sforge_hook_front_decide up to the engine, then the C
-// engine of internal/cfront/nft.h); whatever changes here must change
-// there (hook/front's TestDecide and FuzzDecide compare the two).
+// hostNetNS lists the namespaces a container must not share: init's (the
+// machine's) and the hook's own, which is the runtime's.
+var hostNetNS = []string{"/proc/1/ns/net", "/proc/self/ns/net"}
+
+// install enforces the container's allowlist, if it has one, in the
+// namespace of its process.
 func (h *Hook) install(stage string, st *specs.State) error {
-	refuse := func(cause, fix string) error { return &Refusal{ID: st.ID, Cause: cause, Fix: fix} }
-	spec, err := LoadSpec(st.Bundle)
+	refuse := func(cause, fix string) error { return &oci.Refusal{ID: st.ID, Cause: cause, Fix: fix} }
+	cfg, err := oci.ReadConfig(st.Bundle)
 	if err != nil {
 		// Whether isolation was asked for is unknown: fail closed.
 		return refuse(err.Error(), "the runtime must pass a bundle with a valid config.json")
 	}
-	value, found, err := policy.Lookup(spec.Annotations, processEnv(spec))
-	if err != nil {
-		return refuse(err.Error(), "remove the duplicate from the container's environment")
-	}
-	if !found {
-		return nil // not isolated: touch nothing
-	}
-	a, err := policy.Decode(value)
-	if err != nil {
-		return refuse(err.Error(), "fix the value (`sforge policy annotation` prints a valid one)")
+	d, err := oci.Decide(st.ID, cfg.Spec, oci.Options{HostNetNS: h.hostNetNS()})
+	if err != nil || d == nil {
+		return err
 	}
 	if st.Pid <= 0 {
 		return refuse("the OCI state has no pid", "run sforge-hook at createRuntime or prestart, when the container's process exists")
 	}
-	if netNamespace(spec) == nil {
-		return refuse("config.json has no network namespace, so the container would use the host's network",
-			"give the container a network of its own (not --network host)")
-	}
-	if cause, fix := checkCaps(spec); cause != "" {
-		return refuse(cause, fix)
-	}
 	nsPath := fmt.Sprintf("/proc/%d/ns/net", st.Pid)
-	shared, err := sharesNetNS(nsPath, h.hostNetNS())
+	shared, err := oci.SharesNetNS(nsPath, h.hostNetNS())
 	if err != nil {
 		return refuse(err.Error(), "run sforge-hook at createRuntime or prestart, when the container's process exists")
 	}
 	if shared {
-		return refuse("the container's network namespace is the host's (--network host)",
-			"give the container a network of its own (not --network host)")
-	}
-	if BeforeInstall != nil {
-		BeforeInstall()
+		return refuse("its network namespace is the host's (--network host)", "give the container a network of its own (no --network host)")
 	}
 	eng, err := h.engine(nsPath)
 	if err != nil {
 		return refuse("no rule engine: "+err.Error(), "force one with --engine or "+engines.EnvVar)
 	}
-	rep, err := eng.Install(engine.Target{NetNS: nsPath, ID: st.ID}, a)
+	rep, err := eng.Install(engine.Target{NetNS: nsPath, ID: st.ID}, d.Allow)
 	if err != nil {
 		return refuse("failed to install the egress rules: "+err.Error(), installFix(err))
 	}
-	note := ""
-	if FrontLeft != nil {
-		if why := FrontLeft(); why != "" {
-			note = " front=go: " + why
-		}
-	}
-	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s%s",
-		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond), note)
+	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s",
+		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond))
 	return nil
 }
 
@@ -211,35 +160,27 @@ func installFix(err error) string {
 	return "the container was not started; check that iptables works on this host (iptables -S)"
 }
 
-// poststop removes the container's chain when its network namespace
+// poststop removes the container's rules when its network namespace
 // outlives it: a bind-mounted namespace, or another container's that it
-// joined. A private namespace without a path died with the container and
-// took the rules with it, so there is nothing to do and nothing is run;
-// cmd/sforge-hook's C front (hook/front) decides that case the same way
-// before Go starts, and whatever it changes here it must change too
-// (its tests compare the two).
+// joined. A namespace of its own died with the container and took the
+// rules with it, so there is nothing to do.
 func (h *Hook) poststop(st *specs.State) {
-	spec, err := LoadSpec(st.Bundle)
+	cfg, err := oci.ReadConfig(st.Bundle)
 	if err != nil {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
 		return
 	}
-	// The namespace first: it is the cheapest test and the usual answer
-	// (a private namespace, or a bind mount already removed).
-	n := netNamespace(spec)
+	n := oci.NetworkNamespace(cfg.Spec)
 	if n == nil || n.Path == "" || !pathExists(n.Path) {
 		return
 	}
-	value, found, err := policy.Lookup(spec.Annotations, processEnv(spec))
-	if err != nil || !found {
+	// A container refused at start had nothing installed; one that
+	// shares the host's namespace was refused, and the host's rules are
+	// never touched.
+	if d, err := oci.Decide(st.ID, cfg.Spec, oci.Options{HostNetNS: h.hostNetNS()}); err != nil || d == nil {
 		return
 	}
-	if _, err := policy.Decode(value); err != nil {
-		return // refused at start: nothing was installed
-	}
-	if shared, err := sharesNetNS(n.Path, h.hostNetNS()); err != nil || shared {
-		// Never touch the host's rules; nothing of ours can be there,
-		// since such a container was refused at start.
+	if shared, err := oci.SharesNetNS(n.Path, h.hostNetNS()); err != nil || shared {
 		return
 	}
 	start := time.Now()

@@ -36,7 +36,7 @@ func bundle(t *testing.T, edit func(*specs.Spec)) string {
 	s := &specs.Spec{
 		Version:     specs.Version,
 		Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"},
-		Process:     &specs.Process{Args: []string{"/probe"}, Capabilities: allSets(dockerDefaultCaps)},
+		Process:     &specs.Process{Args: []string{"/probe"}, Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}, Effective: []string{"CAP_CHOWN"}}},
 		Linux:       &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.NetworkNamespace, Path: "/proc/self/ns/net"}}},
 	}
 	if edit != nil {
@@ -100,7 +100,7 @@ func TestInstallDecisions(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			}
 			if c.want != "" {
-				if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "container c1: ") || !strings.Contains(err.Error(), "; ") {
+				if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "container c1 refused: ") || !strings.Contains(err.Error(), "; ") {
 					t.Fatalf("error %v, want a refusal naming container c1 and containing %q", err, c.want)
 				}
 			}
@@ -118,11 +118,32 @@ func TestInstallRefusesHostNetNS(t *testing.T) {
 	eng := &fakeEngine{}
 	h := &Hook{Engine: eng, Log: &Logger{}} // default host list: init's and our own
 	err := h.Run(StageCreateRuntime, strings.NewReader(state("c1", os.Getpid(), bundle(t, nil))))
-	if err == nil || !strings.Contains(err.Error(), "network namespace is the host's") {
+	if err == nil || !strings.Contains(err.Error(), "is the host's") {
 		t.Fatalf("error %v, want the host-network refusal", err)
 	}
 	if len(eng.installs) != 0 {
 		t.Fatal("installed into the host's namespace")
+	}
+}
+
+// A config.json that runc reads otherwise than by exact names (a capital
+// or repeated member) is refused, whatever it asks for: the hook cannot
+// know what runc will grant.
+func TestInstallRefusesWhatRuncReadsOtherwise(t *testing.T) {
+	for _, doc := range []string{
+		`{"annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"},"process":{"capabilities":{"bounding":[],"Bounding":["CAP_NET_ADMIN"]}},"linux":{"namespaces":[{"type":"network"}]}}`,
+		`{"Annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"},"process":{"capabilities":{}},"linux":{"namespaces":[{"type":"network"}]}}`,
+		`{"annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"},"process":{"capabilities":{}},"process":{"capabilities":{"bounding":["CAP_NET_ADMIN"]}},"linux":{"namespaces":[{"type":"network"}]}}`,
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		eng := &fakeEngine{}
+		err := run(t, StageCreateRuntime, state("c1", os.Getpid(), dir), eng)
+		if err == nil || !strings.Contains(err.Error(), "runc") || len(eng.installs) != 0 {
+			t.Errorf("%s: %v, installs %v; want a refusal naming runc's reading", doc, err, eng.installs)
+		}
 	}
 }
 
@@ -209,11 +230,11 @@ func TestMainExitCodes(t *testing.T) {
 	stderr.Reset()
 	b = bundle(t, func(s *specs.Spec) { s.Annotations[policy.AnnotationKey] = "v2" })
 	code = Main([]string{"sforge-hook", "createRuntime", "--log", logPath}, strings.NewReader(state("c1", os.Getpid(), b)), &stderr, env)
-	if code != 1 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "sforge-hook: container c1: invalid sforge.io/egress value") {
+	if code != 1 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "sforge-hook: container c1 refused: invalid sforge.io/egress value") {
 		t.Fatalf("malformed: code %d, stderr %q", code, stderr.String())
 	}
 	log, err := os.ReadFile(logPath)
-	if err != nil || !strings.Contains(string(log), "refuse stage=createRuntime container c1: invalid") {
+	if err != nil || !strings.Contains(string(log), "refuse stage=createRuntime container c1 refused: invalid") {
 		t.Fatalf("log %q, %v", log, err)
 	}
 	// poststop with bad arguments still exits 0.

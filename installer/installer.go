@@ -20,8 +20,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/sforge-dev/netiso/shim"
 )
 
 // Op is what a plan does.
@@ -49,10 +47,6 @@ type Options struct {
 	// argument); empty leaves the hook's default. podman and CRI-O give
 	// hooks no environment, so this is the only way to move it.
 	HookLog string
-	// InstallPriority is the hook's install priority (priority.Names) in
-	// the hooks.d entries' environment; empty or realtime leaves the
-	// default (nothing written).
-	InstallPriority string
 }
 
 // RuntimePath is the shim's installed path.
@@ -142,7 +136,7 @@ func Apply(p Plan) error {
 		if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
 			return fmt.Errorf("failed to create the directory of %s: %w", c.Path, err)
 		}
-		if err := shim.WriteFileAtomic(c.Path, c.After, mode); err != nil {
+		if err := writeFileAtomic(c.Path, c.After, mode); err != nil {
 			return fmt.Errorf("failed to write %s: %w", c.Path, err)
 		}
 	}
@@ -209,6 +203,49 @@ func Executable(path string) error {
 	}
 	if st.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory, fsync, chmod to mode, rename, fsync of the directory, so that
+// readers see the old or the new content and the new survives a crash.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".sforge-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
 	}
 	return nil
 }

@@ -15,13 +15,12 @@ import (
 
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/nftables"
-	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// The removal's netlink socket hand-off (issue 9): after a deleting batch
+// The removal's netlink socket hand-off: after a deleting batch
 // the last close of a netfilter socket waits for an RCU grace period, so
 // Remove can give a duplicate of its socket to the caller, who keeps it
 // in a process nobody waits for. These tests check the kernel state and
@@ -70,12 +69,7 @@ func TestNftablesRemoveHandOff(t *testing.T) {
 // (state on stdin, stdout and stderr pipes read to their end), removes the
 // rules of a namespace that outlives the container before it returns,
 // hands its socket to a holder (logged), and the holder does not outlive
-// it for long. Its C front does the removal; with the front off, the Go
-// hook does the same. When the front's thread cannot come back from the
-// namespace (setns refused, as only a seccomp filter can make it), the
-// poststop still ends with 0, since a delete never fails on its hook, the
-// log says why in one line, and the table stays: more restrictive, never
-// less.
+// it for long.
 func TestHookPoststopHandsOff(t *testing.T) {
 	testenv.RequireRoot(t)
 	hookBin := testbundle.Build(t).Hook
@@ -114,20 +108,12 @@ func TestHookPoststopHandsOff(t *testing.T) {
 	}
 	for i := range 4 {
 		id := fmt.Sprintf("handoff-%d", i)
-		var env []string
-		goHook := i%2 == 1
-		if goHook {
-			env = []string{front.DisableEnv + "=1"}
-		}
-		hook(t, id, "createRuntime", env, hookBin)
-		hook(t, id, "poststop", env, hookBin)
+		hook(t, id, "createRuntime", nil, hookBin)
+		hook(t, id, "poststop", nil, hookBin)
 		requireNoChains(t, n)
 		line := removal(t, id)
 		if !strings.Contains(line, " result=ok socket=handed-off") {
 			t.Fatalf("removal of %s not handed off: %s", id, line)
-		}
-		if byFront := strings.HasSuffix(line, " front=c"); byFront == goHook {
-			t.Fatalf("removal of %s by the C front %v, want %v: %s", id, byFront, !goHook, line)
 		}
 	}
 	// The holders exit once their hook has: none is left after a while.
@@ -142,23 +128,6 @@ func TestHookPoststopHandsOff(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-
-	t.Run("cannot return", func(t *testing.T) {
-		const id = "poststop-stuck"
-		hook(t, id, "createRuntime", nil, hookBin)
-		// The state's memory file is 3, the target 4, the way back 5.
-		hook(t, id, "poststop", nil, denySetns(t), "5", hookBin)
-		if line := removal(t, id); !strings.HasSuffix(line, " result=error: cannot return to the hook's own network namespace: Operation not permitted front=c") {
-			t.Fatalf("removal line %q, want the front's error", line)
-		}
-		if len(nftOurs(t, n)) == 0 {
-			t.Fatal("the table is gone although the removal reported that it could not return")
-		}
-		if err := nftables.New().Remove(engine.Target{NetNS: n.Path(), ID: id}); err != nil {
-			t.Fatal(err)
-		}
-		requireNoChains(t, n)
-	})
 }
 
 // holderProcesses lists the pids of `<bin> hold-netlink` processes.

@@ -21,8 +21,8 @@ import (
 // removes the rules from the namespace, which outlives the container, so a
 // container started there afterwards without the annotation reaches
 // everything. Both containers, the one in the namespace by path and one
-// with a namespace of its own, are created by sforge-runtime's C front (its
-// log says so). A malformed annotation,
+// with a namespace of its own, are isolated by sforge-runtime (its log says
+// so). A malformed annotation,
 // NET_ADMIN, --privileged and --net-host each fail `ctr run` before the
 // process runs.
 func TestRuntimeContainerd(t *testing.T) {
@@ -83,13 +83,13 @@ func TestRuntimeContainerd(t *testing.T) {
 		return string(b)
 	}
 
-	// A namespace by path: the C front creates this one too, the poststop
-	// hook added to config.json as the Go shim adds it.
+	// A namespace by path: the runtime adds sforge-hook at createRuntime
+	// and poststop.
 	t.Run("isolated", func(t *testing.T) {
-		before := frontCreates(t, dropped)
+		before := isolatedCreates(t, dropped)
 		out := report(t, []string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)})
-		if n := frontCreates(t, dropped); n != before+1 {
-			t.Errorf("the C front logged %d isolated creates for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
+		if n := isolatedCreates(t, dropped); n != before+1 {
+			t.Errorf("the runtime logged %d isolated creates for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
 		}
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {
@@ -100,16 +100,16 @@ func TestRuntimeContainerd(t *testing.T) {
 		}
 	})
 	// A namespace of its own (ctr wires no network into it): containerd's
-	// runc shim runs sforge-runtime's create as it runs runc's, and the C
-	// front does it, with the rules in place before start.
-	t.Run("own namespace by the C front", func(t *testing.T) {
-		before := frontCreates(t, " front=c)")
+	// runc shim runs sforge-runtime's create as it runs runc's, and the
+	// runtime makes the namespace with its rules before runc runs.
+	t.Run("own namespace", func(t *testing.T) {
+		before := isolatedCreates(t, "isolated before start (netns=made-by-sforge")
 		out := report(t, []string{"--annotation", policy.AnnotationAssignment(regAllowlist)})
 		if !strings.Contains(out, `"check":"loopback","target":"127.0.0.1","ok":true`) || capBit(t, out, "CapBnd", capNetRaw) {
 			t.Errorf("report:\n%s", out)
 		}
-		if n := frontCreates(t, " front=c)"); n != before+1 {
-			t.Errorf("the C front logged %d isolated creates for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
+		if n := isolatedCreates(t, "isolated before start (netns=made-by-sforge"); n != before+1 {
+			t.Errorf("the runtime logged %d isolated creates in a namespace of its making for one ctr run, want 1; shim log:\n%s", n-before, shimLog(t))
 		}
 	})
 	t.Run("afterwards without annotation", func(t *testing.T) {

@@ -143,8 +143,8 @@ type dockerSforge struct {
 
 func (ds *dockerSforge) shimLog(t *testing.T) string { return shimLogOf(t, ds.shimConfig) }
 
-// frontCreates counts the runtime's log lines that end with tail.
-func (ds *dockerSforge) frontCreates(t *testing.T, tail string) int {
+// isolatedCreates counts the runtime's log lines that contain tail.
+func (ds *dockerSforge) isolatedCreates(t *testing.T, tail string) int {
 	return strings.Count(ds.shimLog(t), tail)
 }
 
@@ -211,16 +211,15 @@ func (ds *dockerSforge) run(t *testing.T, extra ...string) string {
 }
 
 // isolated runs the script in an isolated container on sfnet (extra are
-// added to docker run) and checks it: sforge-runtime's C front did the
-// create (it drops CAP_NET_RAW from config.json as the Go shim would: one
-// more of its lines), the probe matrix, no CAP_NET_RAW, the neighbour's
-// name not resolved through Docker's embedded DNS.
+// added to docker run) and checks it: sforge-runtime isolated one create
+// (one more of its lines), the probe matrix, no CAP_NET_RAW, the
+// neighbour's name not resolved through Docker's embedded DNS.
 func (ds *dockerSforge) isolated(t *testing.T, extra ...string) {
 	t.Helper()
-	before := ds.frontCreates(t, dropped)
+	before := ds.isolatedCreates(t, dropped)
 	out := ds.run(t, append(extra, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist)...)
-	if n := ds.frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
+	if n := ds.isolatedCreates(t, dropped); n != before+1 {
+		t.Errorf("the runtime logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
 	}
 	t.Logf("isolated container's report:\n%s", out)
 	regExpect(t, out, ds.checks)
@@ -234,20 +233,21 @@ func (ds *dockerSforge) isolated(t *testing.T, extra ...string) {
 
 // joinsNamespace runs an isolated container in the namespace of a plain
 // one, X (`--network container:X`; xArgs are added to X's docker run):
-// Docker names X's namespace by path (/proc/<pid>/ns/net). The C front adds
-// the poststop hook that removes the rules when the isolated container
-// goes, creates it and installs in X's namespace; after `docker run --rm`
-// returns, X holds nothing of ours and reaches what it reached before.
+// Docker names X's namespace by path (/proc/<pid>/ns/net). The runtime adds
+// sforge-hook at createRuntime, which installs in X's namespace, and at
+// poststop, which removes the rules when the isolated container goes;
+// after `docker run --rm` returns, X holds nothing of ours and reaches
+// what it reached before.
 func (ds *dockerSforge) joinsNamespace(t *testing.T, xArgs ...string) {
 	const x = "plain-x"
 	d := ds.d
 	d.MustDocker(t, append(append([]string{"run", "-d", "--name", x, "--network", "sfnet"}, xArgs...), ds.image, "/bin/sleep", "300")...)
 	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", x) })
-	before := ds.frontCreates(t, dropped)
+	before := ds.isolatedCreates(t, dropped)
 	out := d.MustDocker(t, "run", "--rm", "--network", "container:"+x, "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist,
 		ds.image, "/bin/sh", "-c", ds.script)
-	if n := ds.frontCreates(t, dropped); n != before+1 {
-		t.Errorf("the C front logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
+	if n := ds.isolatedCreates(t, dropped); n != before+1 {
+		t.Errorf("the runtime logged %d isolated creates for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
 	}
 	regExpect(t, out, ds.checks)
 	if !strings.Contains(out, "DNS=fail") {
@@ -262,9 +262,9 @@ func (ds *dockerSforge) joinsNamespace(t *testing.T, xArgs ...string) {
 
 // TestRuntimeDockerUsernsRemap: a dockerd with --userns-remap runs every
 // container in a user namespace of its own, which owns the container's
-// network namespace, its root an unprivileged host uid. sforge-runtime's
-// C front creates the isolated container and installs its rules in that
-// namespace: the probe matrix holds, CAP_NET_RAW is gone, and the process
+// network namespace, its root an unprivileged host uid. sforge-runtime adds
+// sforge-hook, which installs the rules in that namespace as runc creates
+// it: the probe matrix holds, CAP_NET_RAW is gone, and the process
 // ran remapped. Joining another remapped container's namespace is
 // isolated too, and that namespace is left clean.
 func TestRuntimeDockerUsernsRemap(t *testing.T) {
@@ -292,10 +292,9 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 // slirp4netns connects from the test's namespace on their behalf. sforge
 // needs nothing else there: the runtime, registered by `sforge install
 // --docker` against the rootless daemon's socket and daemon.json, isolates
-// in its C front as on a rootful host (the probe matrix, neighbour and
-// embedded DNS included, CAP_NET_RAW gone), as the Go shim when the front
-// is off (it makes the namespace itself), and in a joined namespace, which
-// the poststop hook leaves clean.
+// as on a rootful host, in a namespace it makes itself (the probe matrix,
+// neighbour and embedded DNS included, CAP_NET_RAW gone), and in a joined
+// namespace, which the poststop hook leaves clean.
 func TestRuntimeDockerRootless(t *testing.T) {
 	ds := newDockerSforge(t, testdocker.Options{Rootless: true})
 	// As under a remap, Docker leaves net.ipv4.ping_group_range closed in
@@ -317,70 +316,31 @@ func TestRuntimeDockerRootless(t *testing.T) {
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
 	t.Run("32 at once", func(t *testing.T) {
 		// The runtime's creates run together inside rootlesskit's
-		// namespaces: none may fail, each by the C front.
-		creates, before := ds.frontCreates(t, dropped), ds.d.MustDocker(t, "ps", "-aq")
+		// namespaces: none may fail.
+		creates, before := ds.isolatedCreates(t, dropped), ds.d.MustDocker(t, "ps", "-aq")
 		probesAtOnce(t, concurrent, concurrentChecks, func(_ int, probe []string) (string, error) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 			defer cancel()
 			return ds.d.Docker(ctx, append([]string{"run", "--rm", "--network", "sfnet", ping, "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist, ds.image}, probe...)...)
 		})
-		if n := ds.frontCreates(t, dropped); n != creates+concurrent {
-			t.Errorf("the C front logged %d isolated creates for %d docker runs", n-creates, concurrent)
+		if n := ds.isolatedCreates(t, dropped); n != creates+concurrent {
+			t.Errorf("the runtime logged %d isolated creates for %d docker runs", n-creates, concurrent)
 		}
 		if after := ds.d.MustDocker(t, "ps", "-aq"); after != before {
 			t.Errorf("containers before:\n%safter:\n%s", before, after)
 		}
 	})
-	t.Run("Go shim", func(t *testing.T) {
-		// A second runtime, the same shim with its C front off
-		// (SFORGE_RUNTIME_NO_FRONT in its environment: daemon.json gives
-		// a runtime no environment, so a wrapper sets it).
-		wrapper := filepath.Join(ds.prefix, "bin", "sforge-runtime-go")
-		runtimeWrapper(t, wrapper, filepath.Join(ds.prefix, "bin", "sforge-runtime"), "SFORGE_RUNTIME_NO_FRONT=1")
-		var cfg map[string]any
-		b, err := os.ReadFile(ds.d.ConfigFile)
-		if err != nil || json.Unmarshal(b, &cfg) != nil {
-			t.Fatalf("daemon.json %q: %v", b, err)
-		}
-		runtimes, _ := cfg["runtimes"].(map[string]any)
-		if runtimes == nil {
-			t.Fatalf("daemon.json without runtimes: %s", b)
-		}
-		runtimes["sforge-go"] = map[string]any{"path": wrapper}
-		if err := ds.d.WriteConfig(cfg); err != nil {
-			t.Fatal(err)
-		}
-		if err := ds.d.Reload(); err != nil {
-			t.Fatal(err)
-		}
-		// Reloaded when the daemon lists it.
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(ds.d.MustDocker(t, "info", "--format", "{{json .Runtimes}}"), "sforge-go") {
-			if time.Now().After(deadline) {
-				t.Fatal("dockerd did not list runtime sforge-go after SIGHUP")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		const goLine = "isolated before start (netns=made-by-sforge engine="
-		before := strings.Count(ds.shimLog(t), goLine)
-		out := ds.run(t, ping, "--runtime", "sforge-go", "-e", "SFORGE_EGRESS="+regAllowlist)
-		regExpect(t, out, ds.checks)
-		if n := strings.Count(ds.shimLog(t), goLine); n != before+1 {
-			t.Errorf("the Go shim logged %d isolated creates in a namespace of its making for one docker run, want 1; shim log:\n%s", n-before, ds.shimLog(t))
-		}
-	})
 }
 
-// dropped ends the shim log line of an isolated create by sforge-runtime's
-// C front that dropped CAP_NET_RAW (" front=c)" ends every one of its
-// creates).
-const dropped = " front=c), CAP_NET_RAW dropped"
+// dropped ends the shim log line of every isolated create, whether the
+// shim installed or added the hook.
+const dropped = "), CAP_NET_RAW dropped"
 
 // shimLog is the run's shim log (main_test.go).
 func shimLog(t *testing.T) string { return shimLogOf(t, os.Getenv(shim.ConfigEnv)) }
 
-// frontCreates counts the run's shim log lines that end with tail.
-func frontCreates(t *testing.T, tail string) int {
+// isolatedCreates counts the run's shim log lines that contain tail.
+func isolatedCreates(t *testing.T, tail string) int {
 	return strings.Count(shimLog(t), tail)
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
@@ -23,9 +22,8 @@ import (
 // container's behalf. runc runs the hooks.d hooks in that user namespace
 // and in the host's network namespace, over which they hold no
 // capability: the hook can enter the container's namespace (its user
-// namespace owns it) but could not come back, so its engines open their
-// netlink socket from a child (C) or on a thread they discard (Go). The
-// probe matrix holds with the hook's C front and with the Go hook; a
+// namespace owns it) but could not come back, so the engine opens its
+// netlink socket on a thread it discards. The probe matrix holds; a
 // container that joins another's namespace is isolated, and that
 // namespace is left clean by the poststop hook; 32 start at once; a
 // container that keeps CAP_NET_RAW is refused; and sforge-runtime given
@@ -53,26 +51,14 @@ func TestRuntimePodmanRootless(t *testing.T) {
 	probe := "/sforge-probe " + strings.Join(regProbeArgs(checks), " ")
 	script := probe + "; grep -E '^Cap(Eff|Bnd)' /proc/self/status; cat /proc/self/uid_map"
 	annotation := policy.AnnotationAssignment(regAllowlist)
-	// installs counts the hook's install lines, all and the C front's
-	// (at normal priority).
-	installs := func() (all, byFront int) {
+	// installs counts the hook's install lines.
+	installs := func() int {
 		b, _ := os.ReadFile(hookLog)
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, " install container=") {
-				all++
-				// A rootless hook has no right to real-time
-				// scheduling (no CAP_SYS_NICE in the host's user
-				// namespace): its front installs at normal priority.
-				if strings.HasSuffix(l, " priority=normal front=c") {
-					byFront++
-				}
-			}
-		}
-		return all, byFront
+		return strings.Count(string(b), " install container=")
 	}
 
 	t.Run("isolated", func(t *testing.T) {
-		all, byFront := installs()
+		all := installs()
 		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
 		regExpect(t, out, checks)
 		if capBit(t, out, "CapBnd", capNetRaw) {
@@ -82,35 +68,9 @@ func TestRuntimePodmanRootless(t *testing.T) {
 		if !rootIs(out, u.Uid) {
 			t.Errorf("the container's root is not %s (uid %s):\n%s", u.Username, u.Uid, out)
 		}
-		a, f := installs()
-		if a-all != 1 || front.Built && f-byFront != 1 {
+		if n := installs() - all; n != 1 {
 			b, _ := os.ReadFile(hookLog)
-			t.Errorf("%d installs, %d by the hook's C front, for one container; want 1 by the front:\n%s", a-all, f-byFront, b)
-		}
-	})
-	t.Run("Go hook", func(t *testing.T) {
-		// The same with the front off (its switch in the hooks.d file's
-		// environment): the Go hook probes the kernel and installs from
-		// the container's namespace.
-		f := filepath.Join(hooks, "sforge-createruntime.json")
-		orig, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.WriteFile(f, orig, 0o644) })
-		edited := strings.Replace(string(orig), `"GOMAXPROCS=1"`, `"GOMAXPROCS=1", "`+front.DisableEnv+`=1"`, 1)
-		if edited == string(orig) {
-			t.Fatalf("no environment to extend in %s:\n%s", f, orig)
-		}
-		if err := os.WriteFile(f, []byte(edited), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		all, byFront := installs()
-		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
-		regExpect(t, out, checks)
-		if a, f := installs(); a-all != 1 || f != byFront {
-			b, _ := os.ReadFile(hookLog)
-			t.Errorf("%d installs, %d of them the front's, for one container; want one by the Go hook:\n%s", a-all, f-byFront, b)
+			t.Errorf("%d installs for one container, want 1:\n%s", n, b)
 		}
 	})
 	t.Run("without annotation", func(t *testing.T) {
@@ -133,25 +93,23 @@ func TestRuntimePodmanRootless(t *testing.T) {
 	t.Run("32 at once", func(t *testing.T) {
 		// Each hook opens its socket from a child of its own, and each
 		// container has a slirp4netns of its own: none may fail or leak.
-		all, byFront := installs()
+		all := installs()
 		before := p.MustPodman(t, "ps", "-aq")
 		probesAtOnce(t, concurrent, concurrentChecks, func(_ int, probe []string) (string, error) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 			defer cancel()
 			return p.Podman(ctx, append([]string{"run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image}, probe...)...)
 		})
-		if a, f := installs(); a-all != concurrent || front.Built && f-byFront != concurrent {
-			t.Errorf("%d installs, %d by the hook's C front, for %d containers; want all by the front", a-all, f-byFront, concurrent)
+		if n := installs() - all; n != concurrent {
+			t.Errorf("%d installs for %d containers", n, concurrent)
 		}
 		if after := p.MustPodman(t, "ps", "-aq"); after != before {
 			t.Errorf("containers before:\n%safter:\n%s", before, after)
 		}
 	})
 	t.Run("sforge-runtime as podman's runtime", func(t *testing.T) {
-		// As TestRuntimePodman's: the runtime's C front, here run by the
-		// user in podman's user namespace, so that it too cannot come back
-		// from the container's network namespace. Its settings and log are
-		// the user's.
+		// As TestRuntimePodman's, the runtime here run by the user in
+		// podman's user namespace. Its settings and log are the user's.
 		config := filepath.Join(logDir, "runtime.json")
 		writeShimConfig(t, config, shim.Config{Log: filepath.Join(logDir, "runtime.log")})
 		wrapper := filepath.Join(pfx, "bin", "sforge-runtime-podman")
@@ -162,7 +120,7 @@ func TestRuntimePodmanRootless(t *testing.T) {
 			t.Errorf("NET_RAW held (podman grants it; the runtime must drop it):\n%s", out)
 		}
 		if n := strings.Count(shimLogOf(t, config), dropped); n != 1 {
-			t.Errorf("%d isolated creates by the runtime's C front for one container, want 1:\n%s", n, shimLogOf(t, config))
+			t.Errorf("%d isolated creates for one container, want 1:\n%s", n, shimLogOf(t, config))
 		}
 	})
 	t.Run("refused/NET_RAW kept", func(t *testing.T) {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sforge-dev/netiso/hook/front"
 	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/shim"
@@ -64,62 +62,24 @@ func TestRuntimePodman(t *testing.T) {
 		if err != nil || !strings.Contains(string(b), "install container=") {
 			t.Errorf("no install line in the --hook-log file %s (%v):\n%s", hookLog, err, b)
 		}
-		// The hook's C front installed the rules the probe just tested
-		// (hook/front): podman's hooks.d path starts no Go process.
-		if front.Built && !strings.Contains(string(b), " front=c\n") {
-			t.Errorf("the install was not the hook front's (no front=c):\n%s", b)
-		}
-		// Its priority, whichever the host allowed: real-time by
-		// default, normal where conmon's cgroup has no real-time time
-		// (a kernel with RT group scheduling, as this machine's: cgroup
-		// v1 children get cpu.rt_runtime_us 0).
-		if front.Built && !regexp.MustCompile(` priority=(realtime|normal) front=c\n`).Match(b) {
-			t.Errorf("the hook front's install line has no priority:\n%s", b)
-		}
-	})
-	t.Run("install priority normal", func(t *testing.T) {
-		// sforge install --install-priority normal puts the setting in
-		// the hooks.d entries' environment, the only one podman gives a
-		// hook; the front's install then says so. Reinstalled as it was
-		// after.
-		install := func(extra ...string) {
-			args := append([]string{"install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog}, extra...)
-			if out, err := regSforge(t, prefix, nil, args...); err != nil {
-				t.Fatalf("sforge %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-		}
-		install("--install-priority", "normal")
-		t.Cleanup(func() { install() })
-		normal := func() int {
-			b, _ := os.ReadFile(hookLog)
-			return strings.Count(string(b), " priority=normal front=c\n")
-		}
-		before := normal()
-		out := p.MustPodman(t, "run", "--rm", "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script)
-		regExpect(t, out, checks)
-		if front.Built && normal() != before+1 {
-			b, _ := os.ReadFile(hookLog)
-			t.Errorf("no install at normal priority by the hook's front:\n%s", b)
-		}
 	})
 	t.Run("user namespace", func(t *testing.T) {
 		// --uidmap: the container, and its network namespace, in a user
 		// namespace of their own (root is uid 100000 on the host). The
-		// hook's C front enters that namespace from the host's user
-		// namespace.
-		fronts := func() int {
+		// hook enters that namespace from the host's user namespace.
+		installs := func() int {
 			b, _ := os.ReadFile(hookLog)
-			return strings.Count(string(b), " front=c\n")
+			return strings.Count(string(b), " install container=")
 		}
-		before := fronts()
+		before := installs()
 		out := p.MustPodman(t, "run", "--rm", "--uidmap", "0:100000:65536", "--gidmap", "0:100000:65536",
 			"--annotation", annotation, "--cap-drop", "NET_RAW", image, "/bin/sh", "-c", script+"; cat /proc/self/uid_map")
 		regExpect(t, out, checks)
 		if !strings.Contains(out, "100000") {
 			t.Errorf("the container ran without its user namespace:\n%s", out)
 		}
-		if n := fronts() - before; front.Built && n != 1 {
-			t.Errorf("%d installs by the hook's C front for one container, want 1", n)
+		if n := installs() - before; n != 1 {
+			t.Errorf("%d installs for one container, want 1", n)
 		}
 	})
 	t.Run("without annotation", func(t *testing.T) {
@@ -128,8 +88,7 @@ func TestRuntimePodman(t *testing.T) {
 	})
 	t.Run("sforge-runtime as podman's runtime", func(t *testing.T) {
 		// podman --runtime (or a runtime in containers.conf) instead of
-		// hooks.d: the runtime's C front does the create, as under
-		// Docker. The allowlist in the environment, so that no hooks.d
+		// hooks.d, as under Docker. The allowlist in the environment, so that no hooks.d
 		// hook is added; podman gives the runtime no environment of the
 		// test's, so a wrapper passes the run's settings (its log).
 		config := os.Getenv(shim.ConfigEnv)
@@ -142,7 +101,7 @@ func TestRuntimePodman(t *testing.T) {
 			t.Errorf("NET_RAW held (podman grants it; the runtime must drop it):\n%s", out)
 		}
 		if n := strings.Count(shimLogOf(t, config), dropped) - before; n != 1 {
-			t.Errorf("%d isolated creates by the runtime's C front for one container, want 1:\n%s", n, shimLogOf(t, config))
+			t.Errorf("%d isolated creates for one container, want 1:\n%s", n, shimLogOf(t, config))
 		}
 		out = p.MustPodman(t, "run", "--rm", "--runtime", wrapper, image, "/bin/sh", "-c", script)
 		regExpect(t, out, open)
@@ -155,7 +114,7 @@ func TestRuntimePodman(t *testing.T) {
 		{"NET_RAW kept", "CAP_NET_RAW", []string{"--annotation", annotation}},
 		{"NET_ADMIN", "CAP_NET_ADMIN", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--cap-add", "NET_ADMIN"}},
 		{"privileged", "CAP_SYS_ADMIN", []string{"--annotation", annotation, "--privileged"}},
-		{"host network", "no network namespace", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--network", "host"}},
+		{"host network", "has no network namespace", []string{"--annotation", annotation, "--cap-drop", "NET_RAW", "--network", "host"}},
 	} {
 		t.Run("refused/"+tc.name, func(t *testing.T) {
 			markers := t.TempDir()

@@ -43,9 +43,7 @@ func netnsOf(t *testing.T, pid int) string {
 
 func TestShimMadeNetNS(t *testing.T) {
 	const allow = "v1;tcp:198.51.100.10:8080"
-	// The Go shim's path: sforge-runtime's C front would do this create
-	// itself, the bundle having no CAP_NET_RAW (TestRuntimeFrontCreate).
-	s := newShimRuntime(t, engines.NFTables, "SFORGE_RUNTIME_NO_FRONT=1")
+	s := newShimRuntime(t, engines.NFTables)
 	eng, err := engines.New(engines.NFTables)
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/nftables"
-	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testbundle"
 	"github.com/sforge-dev/netiso/internal/testcontainerd"
@@ -62,7 +61,7 @@ func newShimRuntime(t *testing.T, engineName string, env ...string) *shimRuntime
 	config := filepath.Join(s.dir, "runtime.json")
 	writeShimConfig(t, config, shim.Config{Runtime: s.runc, Hook: s.hook, Log: s.logPath(), Engine: engineName})
 	for _, e := range os.Environ() {
-		if k, _, _ := strings.Cut(e, "="); k != engines.EnvVar && k != shim.ConfigEnv && k != shim.RuncEnv && k != priority.EnvVar {
+		if k, _, _ := strings.Cut(e, "="); k != engines.EnvVar && k != shim.ConfigEnv && k != shim.RuncEnv {
 			s.env = append(s.env, e)
 		}
 	}
@@ -162,10 +161,10 @@ func (s *shimRuntime) waitStopped(t *testing.T, id string) {
 var shimEngines = []string{engines.NFTables, engines.IPTablesNFT, engines.IPTablesLegacy}
 
 // TestShimCreateIsolates: a container joining a namespace by path (docker
-// --network container:X, a pod): after `create` its rules are in place
-// while its process has not run; the spec carries no createRuntime hook,
-// only the poststop one, and no CAP_NET_RAW; after `start` it reaches the
-// judge port and loopback only; after `delete` nothing of ours is left.
+// --network container:X, a pod): the shim adds sforge-hook at createRuntime
+// and poststop and drops CAP_NET_RAW; after `create` the rules are in
+// place while the process has not run; after `start` it reaches the judge
+// port and loopback only; after `delete` nothing of ours is left.
 func TestShimCreateIsolates(t *testing.T) {
 	const allow = "v1;tcp:198.51.100.10:8080"
 	for _, e := range shimEngines {
@@ -199,11 +198,13 @@ func TestShimCreateIsolates(t *testing.T) {
 				t.Fatalf("rules after create, before start: %v", err)
 			}
 			spec := readSpec(t, b)
-			if spec.Hooks == nil || len(spec.Hooks.CreateRuntime) != 0 || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != s.hook {
-				t.Fatalf("hooks %+v: want only sforge-hook at poststop", spec.Hooks)
+			if spec.Hooks == nil || len(spec.Hooks.CreateRuntime) != 1 || len(spec.Hooks.Poststop) != 1 || spec.Hooks.Poststop[0].Path != s.hook || spec.Hooks.CreateRuntime[0].Path != s.hook {
+				t.Fatalf("hooks %+v: want sforge-hook at createRuntime and poststop", spec.Hooks)
 			}
-			if want := []string{"sforge-hook", "poststop", "--engine", e}; strings.Join(spec.Hooks.Poststop[0].Args, " ") != strings.Join(want, " ") {
-				t.Fatalf("poststop hook args %q, want %q", spec.Hooks.Poststop[0].Args, want)
+			for _, h := range []specs.Hook{spec.Hooks.CreateRuntime[0], spec.Hooks.Poststop[0]} {
+				if want := []string{"sforge-hook", h.Args[1], "--engine", e}; strings.Join(h.Args, " ") != strings.Join(want, " ") {
+					t.Fatalf("hook args %q, want %q", h.Args, want)
+				}
 			}
 			if h := spec.Hooks.Poststop[0]; h.Timeout == nil || *h.Timeout != shim.DefaultHookTimeout || len(h.Env) == 0 || h.Env[0] != shim.HookProcsEnv {
 				t.Fatalf("poststop hook %+v: want a timeout of %ds and %s", h, shim.DefaultHookTimeout, shim.HookProcsEnv)
@@ -221,12 +222,8 @@ func TestShimCreateIsolates(t *testing.T) {
 			s.must(t, "delete", id)
 			requireNoChains(t, tp.Container)
 			log, _ := os.ReadFile(s.logPath())
-			if !strings.Contains(string(log), "container "+id+": isolated before start (engine="+eng.Name()) {
+			if !strings.Contains(string(log), "container "+id+": isolation hooks added (1 endpoints, 0 resolvers), CAP_NET_RAW dropped") {
 				t.Fatalf("shim log:\n%s", log)
-			}
-			// The C front creates with nftables, the Go shim with iptables.
-			if byFront := strings.Contains(string(log), " front=c), CAP_NET_RAW dropped"); byFront != (e == engines.NFTables) {
-				t.Fatalf("shim log (engine %s), by the C front %v:\n%s", e, byFront, log)
 			}
 		})
 	}
@@ -271,39 +268,6 @@ func TestShimCreatePrivateNetNS(t *testing.T) {
 			s.must(t, "delete", id)
 		})
 	}
-}
-
-// TestShimCreateEngineFailure: the rules cannot be installed (the
-// iptables binaries are missing from the shim's PATH): the shim deletes
-// the container and fails the create with one line naming the cause, on
-// stderr and in runc's JSON log (which containerd reports); the process
-// never ran and runc knows no such container.
-func TestShimCreateEngineFailure(t *testing.T) {
-	s := newShimRuntime(t, engines.IPTablesLegacy, "PATH="+t.TempDir())
-	tp := testnet.New(t)
-	b := testbundle.New(t, testbundle.Options{NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
-	id := "engine-fails"
-	if _, err := s.create(t, b, id); err == nil {
-		t.Fatal("create succeeded without rules")
-	}
-	out := s.output(b, id)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "sforge-runtime: container "+id+" refused: failed to install the egress rules:") ||
-		!strings.Contains(last, "not found") || !strings.Contains(last, "deleted without starting") {
-		t.Fatalf("create's error line %q; output:\n%s", last, out)
-	}
-	if st := s.status(t, id); st != "" {
-		t.Fatalf("container %s still exists (%s) after a failed create", id, st)
-	}
-	if b.Ran() {
-		t.Fatal("the container's process ran")
-	}
-	log, _ := os.ReadFile(s.runcLogPath())
-	if !bytes.Contains(log, []byte(`"level":"error"`)) || !bytes.Contains(log, []byte("failed to install the egress rules")) {
-		t.Fatalf("runc's JSON log lacks the error:\n%s", log)
-	}
-	requireNoChains(t, tp.Container)
 }
 
 // TestShimCreateRuncFailure: runc create's own failure (the process does
@@ -386,18 +350,14 @@ func killHangers(t *testing.T, dir string) {
 	})
 }
 
-// TestShimKilledMidInstall: the shim is SIGKILLed while it installs (its
-// caller timed out, say). The container is left created, never started:
-// its process has not run, and it does not run until someone calls start,
-// which no engine does after a failed create (containerd deletes it; see
-// TestShimKilledMidInstallContainerd). Here the test plays the engine and
-// deletes it.
+// TestShimKilledMidInstall: the shim is SIGKILLed while it installs in the
+// namespace it made (its caller timed out, say). runc never ran: the
+// create fails, no container exists, and the process never ran.
 func TestShimKilledMidInstall(t *testing.T) {
 	dir, parentFile := killAtIPTables(t)
 	killHangers(t, dir)
 	s := newShimRuntime(t, engines.IPTablesNFT, "PATH="+dir+":"+os.Getenv("PATH"))
-	tp := testnet.New(t)
-	b := testbundle.New(t, testbundle.Options{NetNS: tp.Container.Path(), Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}})
+	b := testbundle.New(t, testbundle.Options{Annotations: map[string]string{policy.AnnotationKey: "v1;tcp:198.51.100.10:8080"}, Edit: privateNetNS})
 	id := "killed"
 	done := make(chan error, 1)
 	go func() { _, err := s.create(t, b, id); done <- err }()
@@ -408,16 +368,12 @@ func TestShimKilledMidInstall(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("create succeeded although the shim was killed")
 	}
-	if st := s.status(t, id); st != "created" {
-		t.Fatalf("status %q after the shim was killed mid-install, want created", st)
+	if st := s.status(t, id); st != "" {
+		t.Fatalf("status %q after the shim was killed mid-install, want no container", st)
 	}
 	time.Sleep(200 * time.Millisecond) // a process that ran would have written its marker by now
 	if b.Ran() {
 		t.Fatal("the container's process ran without its rules")
-	}
-	s.must(t, "delete", "--force", id)
-	if st := s.status(t, id); st != "" {
-		t.Fatalf("container still %s after delete --force", st)
 	}
 }
 
@@ -435,14 +391,13 @@ func readSpec(t *testing.T, b *testbundle.Bundle) *specs.Spec {
 }
 
 // TestShimKilledMidInstallContainerd: what containerd does when the shim
-// dies mid-install: `ctr run` fails, containerd's runc shim cleans up with
-// `delete --force` through the same runtime binary, and the container's
-// process never runs.
+// dies mid-install: `ctr run` fails, no container is left, and the
+// container's process never runs.
 func TestShimKilledMidInstallContainerd(t *testing.T) {
 	prefix := regBinaries(t)
 	requireRunc(t)
 	d := testcontainerd.Start(t)
-	lan := regLAN(t, d.NetNS, 1)
+	_ = regLAN(t, d.NetNS, 1) // the containerd namespace's network, as for any run
 	dir, parentFile := killAtIPTables(t)
 	killHangers(t, dir)
 	work := t.TempDir()
@@ -463,7 +418,7 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var err error
-		out, err = d.Ctr(ctx, "run", "--rm", "--runc-binary", wrapper, "--with-ns", "network:"+lan[0].NS.Path(),
+		out, err = d.Ctr(ctx, "run", "--rm", "--runc-binary", wrapper,
 			"--annotation", policy.AnnotationAssignment("v1;tcp:198.51.100.10:8080"),
 			"--mount", "type=bind,src="+markers+",dst=/m,options=rbind:rw",
 			"--rootfs", regRootfs(t, prefix), "sfkill", "/bin/touch", "/m/ran")
@@ -479,7 +434,6 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 	t.Logf("ctr run failed as expected:\n%s", out)
 	b, _ := os.ReadFile(calls)
 	var root string
-	deleted := false
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		for i := range f {
@@ -487,11 +441,10 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 				root = f[i+1]
 			}
 		}
-		deleted = deleted || strings.Contains(line, "delete --force sfkill")
 	}
 	t.Logf("runtime calls:\n%s", b)
-	if !deleted || root == "" {
-		t.Fatalf("containerd did not force-delete the container through the runtime; calls:\n%s", b)
+	if root == "" {
+		t.Fatalf("containerd did not call the runtime; calls:\n%s", b)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -509,16 +462,16 @@ func TestShimKilledMidInstallContainerd(t *testing.T) {
 
 // TestShimCreateConsoleSocket: `docker run -t` creates with
 // --console-socket, over which runc create hands the pty's master to its
-// caller; through the C front's child the hand-over is unchanged, and the
-// container's output arrives on that terminal.
+// caller; through the shim the hand-over is unchanged, and the container's
+// output arrives on that terminal.
 func TestShimCreateConsoleSocket(t *testing.T) {
 	t.Run("namespace by path", func(t *testing.T) { testConsoleSocket(t, false) })
 	t.Run("own namespace", func(t *testing.T) { testConsoleSocket(t, true) })
 }
 
 // testConsoleSocket creates with a console socket in a test namespace by
-// path, or in a namespace of the container's own (private); the runtime's
-// C front does the create in both.
+// path (the hook installs), or in a namespace of the container's own (the
+// shim installs).
 func testConsoleSocket(t *testing.T, private bool) {
 	s := newShimRuntime(t, engines.NFTables)
 	netnsPath := ""
@@ -584,9 +537,6 @@ func testConsoleSocket(t *testing.T, private bool) {
 	defer m.Close()
 	if err := nftables.New().Check(engine.Target{NetNS: netns, ID: id}, mustDecode(t, "v1;tcp:198.51.100.10:8080")); err != nil {
 		t.Fatalf("rules after create: %v", err)
-	}
-	if log, _ := os.ReadFile(s.logPath()); !bytes.Contains(log, []byte(" front=c)")) {
-		t.Fatalf("shim log %q: want the C front's line", log)
 	}
 	s.must(t, "start", id)
 	out := make(chan string, 1)

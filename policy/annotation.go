@@ -80,9 +80,7 @@ func Encode(a Allowlist) (string, error) {
 
 // Decode parses a value strictly: the version first, every entry well
 // formed, no duplicates, at most MaxEntries entries and MaxValueBytes bytes.
-// The result is canonical. internal/cfront/allow.h decodes it the same way
-// in C, for the hook's front; a change here is one there too
-// (internal/cfront/cfronttest's FuzzDecode compares the two).
+// The result is canonical.
 func Decode(value string) (Allowlist, error) {
 	whole := func(format string, args ...any) (Allowlist, error) {
 		return Allowlist{}, &AnnotationError{Reason: fmt.Sprintf(format, args...)}
@@ -210,4 +208,16 @@ func Lookup(annotations map[string]string, env []string) (value string, found bo
 		value, found = v, true
 	}
 	return value, found, nil
+}
+
+// Find is the allowlist of a container or Pod: Lookup, then Decode. found
+// is false when none is asked for; a value that does not decode is an
+// *AnnotationError.
+func Find(annotations map[string]string, env []string) (a Allowlist, found bool, err error) {
+	value, found, err := Lookup(annotations, env)
+	if err != nil || !found {
+		return Allowlist{}, found, err
+	}
+	a, err = Decode(value)
+	return a, true, err
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/sforge-dev/netiso/engine/engines"
-	"github.com/sforge-dev/netiso/engine/priority"
 )
 
 const (
@@ -47,7 +46,7 @@ const (
 
 // Config is the shim's settings file, /etc/sforge/runtime.json:
 //
-//	{"runtime": "/usr/sbin/runc", "hook": "/usr/local/bin/sforge-hook", "log": "/var/log/sforge/runtime.log", "engine": "auto", "installPriority": "realtime"}
+//	{"runtime": "/usr/sbin/runc", "hook": "/usr/local/bin/sforge-hook", "log": "/var/log/sforge/runtime.log", "engine": "auto"}
 type Config struct {
 	// Runtime is the real OCI runtime (default: runc from PATH, then the
 	// usual locations).
@@ -65,13 +64,6 @@ type Config struct {
 	// rules are removed by the engine that installed them. $SFORGE_ENGINE
 	// overrides it.
 	Engine string `json:"engine,omitempty"`
-	// InstallPriority is how the runtime's C front schedules its install
-	// window (priority.Names; default realtime: SCHED_FIFO 1 for that
-	// sub-millisecond window, see package priority). The shim passes a
-	// non-default value to the createRuntime hook it adds (the one that
-	// installs). $SFORGE_INSTALL_PRIORITY
-	// overrides it.
-	InstallPriority string `json:"installPriority,omitempty"`
 }
 
 // LoadConfig reads the settings file (path "" means ConfigEnv, then
@@ -95,7 +87,7 @@ func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("failed to parse %s (want {\"runtime\":..., \"hook\":..., \"log\":..., \"engine\":..., \"installPriority\":...}): %w", path, err)
+			return c, fmt.Errorf("failed to parse %s (want {\"runtime\":..., \"hook\":..., \"log\":..., \"engine\":...}): %w", path, err)
 		}
 	}
 	if v := getenv(RuncEnv); v != "" {
@@ -109,12 +101,6 @@ func LoadConfig(path, self string, getenv func(string) string) (Config, error) {
 	}
 	if !slices.Contains(engines.Names, c.Engine) {
 		return c, fmt.Errorf("unknown engine %q in %s or $%s (allowed: %s)", c.Engine, path, engines.EnvVar, strings.Join(engines.Names, ", "))
-	}
-	if v := getenv(priority.EnvVar); v != "" {
-		c.InstallPriority = v
-	}
-	if c.InstallPriority, err = priority.Parse(c.InstallPriority, path+" (installPriority) or $"+priority.EnvVar); err != nil {
-		return c, err
 	}
 	if c.Runtime == "" {
 		c.Runtime = findRunc()

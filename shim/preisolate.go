@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/engine"
-	"github.com/sforge-dev/netiso/engine/nftables"
+	"github.com/sforge-dev/netiso/oci"
 )
 
 // The isolated create of a container with a network namespace of its own:
@@ -30,13 +30,9 @@ import (
 // a new one would. If anything fails before the exec, the shim exits with
 // one line and nothing was created (the namespace goes with the shim).
 //
-// A container with a user namespace keeps the create-then-install path:
+// A container with a user namespace gets the createRuntime hook instead:
 // its network namespace must belong to its user namespace, which only
 // runc creates.
-//
-// The spec is written back, naming a descriptor number reserved
-// beforehand, while the namespace is being made; the install runs after,
-// alone.
 //
 // The path is recorded in an annotation, so that a later create or run of
 // the same bundle (people rerun `runc run` on one bundle) reads it as the
@@ -49,21 +45,17 @@ const preisolatedAnnotation = "sforge.io/preisolated-netns"
 
 // forgetPreisolated turns a namespace path the shim wrote on an earlier
 // create of this bundle back into the new namespace it stood for.
-func forgetPreisolated(spec *Spec) error {
-	mark, ok := spec.Annotations()[preisolatedAnnotation]
+func forgetPreisolated(cfg *oci.Config) error {
+	mark, ok := cfg.Spec.Annotations[preisolatedAnnotation]
 	if !ok {
 		return nil
 	}
-	found, path, err := spec.NetworkNamespace()
-	if err != nil {
-		return err
-	}
-	if found && path == mark {
-		if err := spec.SetNetworkNamespacePath(""); err != nil {
+	if n := oci.NetworkNamespace(cfg.Spec); n != nil && n.Path == mark {
+		if err := cfg.SetNetworkNamespacePath(""); err != nil {
 			return err
 		}
 	}
-	return spec.SetAnnotation(preisolatedAnnotation, "")
+	return cfg.SetAnnotation(preisolatedAnnotation, "")
 }
 
 // madeNetNS is a network namespace being made for a container, on a
@@ -147,46 +139,34 @@ func (s *Shim) minNetNSFD(a Args) int {
 }
 
 // preisolate names the namespace being made for the container in the
-// spec and writes the spec back, then installs the rules in the namespace.
-// Its descriptor stays open (and open across exec) in the shim's process;
-// the caller execs runc next.
+// config and writes the config back, then installs the rules in the
+// namespace. Its descriptor stays open (and open across exec) in the
+// shim's process; the caller execs runc next.
 func (s *Shim) preisolate(a Args, p *plan) error {
-	spec := p.spec
-	// Written while the namespace is being made (its system calls leave
-	// the shim's one P free), so that the install runs alone after.
 	path := p.netns.path()
-	if err := spec.SetNetworkNamespacePath(path); err != nil {
-		return fmt.Errorf("container %s: failed to name its network namespace in the spec: %w", a.ID, err)
+	if err := p.cfg.SetNetworkNamespacePath(path); err != nil {
+		p.netns.discard()
+		return fmt.Errorf("container %s: failed to name its network namespace in the config: %w", a.ID, err)
 	}
-	if err := spec.SetAnnotation(preisolatedAnnotation, path); err != nil {
+	if err := p.cfg.SetAnnotation(preisolatedAnnotation, path); err != nil {
+		p.netns.discard()
 		return fmt.Errorf("container %s: %w", a.ID, err)
 	}
-	if err := spec.Flush(); err != nil {
+	if err := p.cfg.Write(); err != nil {
+		p.netns.discard()
 		return fmt.Errorf("container %s: %w", a.ID, err)
-	}
-	// The install's work that needs no namespace, done once (rendering
-	// and encoding the rules), also while the namespace is being made.
-	if _, ok := p.engine.(*nftables.Engine); ok {
-		_ = nftables.Warm(a.ID, p.allow)
 	}
 	if err := p.netns.wait(); err != nil {
 		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "nothing was created; check the host with `sforge doctor`"}
 	}
-	// From this goroutine, not from the thread that made the namespace:
-	// on a locked thread every netlink reply costs two thread hand-offs
-	// (the install took 3-5 ms instead of 1).
-	started := time.Now()
-	cpu0, sw0 := cpuTime(), switches()
-	rep, err := p.engine.Install(engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", p.netns.fd), ID: a.ID}, p.allow)
-	cpu, sw := cpuTime()-cpu0, switches().since(sw0)
+	rep, err := p.engine.Install(engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", p.netns.fd), ID: a.ID}, p.decision.Allow)
 	if err != nil {
 		return &RefusedError{ID: a.ID, Cause: "failed to install the egress rules: " + err.Error(), Fix: "nothing was created; " + installFix(err)}
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s install-cpu=%s total=%s switches=%s spec=%s%s), %s dropped",
-			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.allow.Endpoints), len(p.allow.DNS), rep.IPv6,
-			rep.Duration.Round(time.Microsecond), cpu.Round(time.Microsecond), time.Since(started).Round(time.Microsecond), sw,
-			p.prepared.Round(time.Microsecond), s.frontNote(), dropCapability)
+		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s), %s dropped",
+			a.ID, rep.Engine, rep.Chain, rep.Rules, len(p.decision.Allow.Endpoints), len(p.decision.Allow.DNS), rep.IPv6,
+			rep.Duration.Round(time.Microsecond), time.Since(p.begin).Round(time.Microsecond), oci.CapNetRaw)
 	}
 	return nil
 }

@@ -322,8 +322,7 @@ func inNetNS(nsFD int, fn func() error) error {
 // owned by the thread's own user namespace, where it holds the
 // CAP_SYS_ADMIN that setns back into it needs. The answer is kept for the
 // process, whose threads share their namespaces while none is locked
-// elsewhere (the test makes and releases a namespace file: 0.05-0.1 ms).
-// internal/cfront/nft.h's cf_nft_may_return is the same test in C.
+// elsewhere.
 func mayReturn(self int) bool {
 	if v := returnable.Load(); v != 0 {
 		return v > 0
@@ -384,40 +383,4 @@ func explain(err error) error {
 		return fmt.Errorf("%w (kernel without nf_tables: set SFORGE_ENGINE=iptables)", err)
 	}
 	return err
-}
-
-// Warm does the part of an install that needs no namespace, in the
-// calling process, and throws it away: it renders the rules for id and a,
-// encodes the batch (on a connection never flushed) and the expressions as
-// verify compares them, and opens and closes a netlink socket (a routing
-// one: closing a netfilter socket would run nf_tables' release handler
-// under the host namespace's commit lock). A short-lived process that will install soon (the
-// runtime shim, while runc creates the container) calls it so that the
-// install, which the container's start waits for, does not also pay for
-// the first use of this code in the process: about 0.15 ms of 1.5 here.
-// It changes no kernel state; it returns render's error.
-func Warm(id string, a policy.Allowlist) error {
-	p, err := render(id, a)
-	if err != nil {
-		return err
-	}
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	c.CreateTable(p.table)
-	if err := queue(c, p); err != nil {
-		return err
-	}
-	for _, r := range p.rules {
-		for _, e := range r.exprs {
-			if _, err := marshalNormal(byte(p.table.Family), e); err != nil {
-				return err
-			}
-		}
-	}
-	if nc, err := netlink.Dial(unix.NETLINK_ROUTE, nil); err == nil {
-		_ = nc.Close()
-	}
-	return nil
 }

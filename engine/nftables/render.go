@@ -92,9 +92,7 @@ func TableName(id string) (string, error) {
 }
 
 // render translates the abstract rules of policy.Rules into our table. It
-// is a pure function: no kernel access. internal/cfront/nft.h builds the
-// same table in C for the hook's front (cf_nft_plan); a change here is one
-// there too (internal/cfront/cfronttest compares the two in the kernel).
+// is a pure function: no kernel access.
 func render(id string, a policy.Allowlist) (*plan, error) {
 	name, err := TableName(id)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/sforge-dev/netiso/engine/priority"
 	"github.com/sforge-dev/netiso/installer"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/shim"
@@ -118,10 +117,6 @@ func (e *Engine) Content(stage string) []byte {
 	}
 	// podman and CRI-O give a hook only the environment its entry names.
 	f.Hook.Env = []string{shim.HookProcsEnv}
-	// The install priority, where the hook installs (poststop removes).
-	if p := e.Options.InstallPriority; stage == shim.StageCreateRuntime && p != "" && p != priority.Realtime {
-		f.Hook.Env = append(f.Hook.Env, priority.EnvVar+"="+p)
-	}
 	t := HookTimeout
 	f.Hook.Timeout = &t
 	f.When.Annotations = map[string]string{KeyPattern: ValuePattern}

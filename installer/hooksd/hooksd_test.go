@@ -174,25 +174,6 @@ func TestHookLog(t *testing.T) {
 	}
 }
 
-// --install-priority normal goes in the createRuntime entry's environment
-// (the hook's front reads it there; poststop does not install); realtime,
-// the default, writes nothing.
-func TestHookInstallPriority(t *testing.T) {
-	e := &Engine{Options: installer.Options{Prefix: "/p", InstallPriority: "normal"}, Runtimes: []string{"podman"}}
-	for stage, want := range map[string][]string{
-		"createRuntime": {"GOMAXPROCS=1", "SFORGE_INSTALL_PRIORITY=normal"},
-		"poststop":      {"GOMAXPROCS=1"},
-	} {
-		if got := entry(t, e, stage).Hook.Env; !slices.Equal(got, want) {
-			t.Errorf("%s env %q, want %q", stage, got, want)
-		}
-	}
-	e.Options.InstallPriority = "realtime"
-	if want, got := []string{"GOMAXPROCS=1"}, entry(t, e, "createRuntime").Hook.Env; !slices.Equal(got, want) {
-		t.Errorf("realtime: env %q, want %q", got, want)
-	}
-}
-
 // Every entry gives the hook one P from its start (shim.HookProcsEnv):
 // podman and CRI-O give a hook only the environment its entry names.
 func TestHookEnv(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,29 +55,13 @@ func Build(t testing.TB, pkg string) string {
 	return out
 }
 
-// Static build settings, as in the Makefile (testbin_test.go checks that
-// they match): every command is pure Go and static, except those with a C
-// front (shim/front, hook/front), linked statically against musl; netgo
-// and osusergo keep the net and os/user packages pure Go there too.
-const (
-	LDFlags      = "-s -w"
-	FrontLDFlags = "-s -w -linkmode external -extldflags -static"
-	FrontTags    = "netgo,osusergo"
-	FrontCC      = "musl-gcc"
-)
-
-// FrontCommands are the commands built with cgo for their C fronts (the
-// Makefile's FRONT_CMDS).
-var FrontCommands = []string{"sforge-runtime", "sforge-hook"}
+// LDFlags are the Makefile's: every command is pure Go, static and
+// stripped (testbin_test.go checks that they match).
+const LDFlags = "-s -w"
 
 // Command returns the `go build` of the main package pkg into out with the
-// Makefile's settings for it (run it from the module root, or set Dir).
+// Makefile's settings (run it from the module root, or set Dir).
 func Command(goBin, out, pkg string) *exec.Cmd {
-	if slices.ContainsFunc(FrontCommands, func(c string) bool { return strings.HasSuffix(pkg, "cmd/"+c) }) {
-		cmd := exec.Command(goBin, "build", "-trimpath", "-tags", FrontTags, "-ldflags", FrontLDFlags, "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CC="+FrontCC)
-		return cmd
-	}
 	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", LDFlags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return cmd

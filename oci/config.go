@@ -1,0 +1,424 @@
+package oci
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// ConfigFile is the name of the runtime configuration inside a bundle.
+const ConfigFile = "config.json"
+
+// maxConfigBytes bounds what is read of a config.json (they are tens of
+// kilobytes).
+const maxConfigBytes = 16 << 20
+
+// annotationPrefix starts every annotation of sforge's.
+const annotationPrefix = "sforge.io/"
+
+// Capability sets of process.capabilities, as named in the document.
+var CapabilitySets = []string{"bounding", "effective", "inheritable", "permitted", "ambient"}
+
+// hookStages are the members of hooks.
+var hookStages = []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+
+// Raw is a bundle's config.json as read, not yet parsed.
+type Raw struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
+
+// ReadRaw reads <bundle>/config.json. The path is not cleaned: runc
+// changes into the bundle directory and reads config.json there, so a
+// ".." after a symbolic link must mean what it means to the kernel.
+func ReadRaw(bundle string) (Raw, error) {
+	path := ConfigFile
+	if bundle != "" {
+		path = strings.TrimSuffix(bundle, "/") + "/" + ConfigFile
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Raw{}, fmt.Errorf("failed to open the container's config: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Raw{}, fmt.Errorf("failed to stat %s: %w", path, err)
+	}
+	b := bytes.NewBuffer(make([]byte, 0, st.Size()+512))
+	if _, err := b.ReadFrom(io.LimitReader(f, maxConfigBytes+1)); err != nil {
+		return Raw{}, fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	if b.Len() > maxConfigBytes {
+		return Raw{}, fmt.Errorf("%s is larger than %d bytes", path, maxConfigBytes)
+	}
+	return Raw{Path: path, Data: b.Bytes(), Mode: st.Mode().Perm()}, nil
+}
+
+// MentionsSforge reports whether the document may hold anything of
+// sforge's: the allowlist annotation or variable, or an annotation sforge
+// wrote. When it is false the container asks for nothing of sforge's and
+// need not be parsed. It errs towards true: JSON may spell any character
+// of a key as an escape, so a document with a backslash counts.
+func (r Raw) MentionsSforge() bool {
+	return bytes.Contains(r.Data, []byte(annotationPrefix)) || bytes.Contains(r.Data, []byte(policy.EnvVar)) ||
+		bytes.IndexByte(r.Data, '\\') >= 0
+}
+
+// Parse decodes the document (ParseConfig).
+func (r Raw) Parse() (*Config, error) {
+	c, err := ParseConfig(r.Data)
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse the container's config %s: %w", r.Path, err)
+	}
+	c.path, c.mode = r.Path, r.Mode
+	return c, nil
+}
+
+// ReadConfig reads and parses <bundle>/config.json.
+func ReadConfig(bundle string) (*Config, error) {
+	r, err := ReadRaw(bundle)
+	if err != nil {
+		return nil, err
+	}
+	return r.Parse()
+}
+
+// Config is a bundle's config.json: Spec, decoded as runc decodes it, and
+// the document's members, so that what sforge changes is written back and
+// every other byte stays as found (fields of runtime-spec versions newer
+// than this binary's included).
+type Config struct {
+	// Spec is the document decoded into specs.Spec by encoding/json, as
+	// runc decodes it. The edits keep it up to date.
+	Spec *specs.Spec
+
+	path string
+	mode os.FileMode
+	// The objects sforge decides on or edits, parsed strictly (no member
+	// runc would read another way); nil where absent.
+	top, process, caps, linux, hooks *object
+	namespaces                       []*object
+	dirty                            bool
+}
+
+// ParseConfig decodes a config.json document. It refuses a document in
+// which a member sforge decides on (annotations, process.env and
+// capabilities, linux.namespaces, hooks) could mean one thing to a reader
+// of exact names and another to runc: a name matched only regardless of
+// case ("Process", "proceſs"), or a member written twice.
+func ParseConfig(data []byte) (*Config, error) {
+	top, err := parseObject(data, "", "ociVersion", "process", "annotations", "linux", "hooks")
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{top: top}
+	if raw := top.get("process"); raw != nil {
+		if c.process, err = parseObject(raw, "process", "env", "capabilities"); err != nil {
+			return nil, fieldError("process", err)
+		}
+		if raw := c.process.get("capabilities"); raw != nil {
+			if c.caps, err = parseObject(raw, "process.capabilities", CapabilitySets...); err != nil {
+				return nil, fieldError("process.capabilities", err)
+			}
+		}
+	}
+	if raw := top.get("annotations"); raw != nil {
+		// Keys of a map are exact to encoding/json; only a repeat of
+		// one of sforge's is refused (the copies could disagree).
+		if _, err := readObject(raw, "annotations", func(k string) (string, bool) { return k, strings.HasPrefix(k, annotationPrefix) }); err != nil {
+			return nil, fieldError("annotations", err)
+		}
+	}
+	if raw := top.get("linux"); raw != nil {
+		if c.linux, err = parseObject(raw, "linux", "namespaces"); err != nil {
+			return nil, fieldError("linux", err)
+		}
+		if raw := c.linux.get("namespaces"); raw != nil {
+			var items []json.RawMessage
+			if err := json.Unmarshal(raw, &items); err != nil {
+				return nil, fieldError("linux.namespaces", err)
+			}
+			for i, item := range items {
+				where := fmt.Sprintf("linux.namespaces[%d]", i)
+				n, err := parseObject(item, where, "type", "path")
+				if err != nil {
+					return nil, fieldError(where, err)
+				}
+				c.namespaces = append(c.namespaces, n)
+			}
+		}
+	}
+	if raw := top.get("hooks"); raw != nil {
+		if c.hooks, err = parseObject(raw, "hooks", hookStages...); err != nil {
+			return nil, fieldError("hooks", err)
+		}
+	}
+	c.Spec = &specs.Spec{}
+	if err := json.Unmarshal(data, c.Spec); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// fieldError names the field of a decoding error; a MemberError names it
+// already.
+func fieldError(field string, err error) error {
+	var m *MemberError
+	if errors.As(err, &m) {
+		return err
+	}
+	return fmt.Errorf("field %s: %w", field, err)
+}
+
+// NetworkNamespace is the spec's network namespace entry, nil when the
+// container would share the runtime's (the host's).
+func NetworkNamespace(s *specs.Spec) *specs.LinuxNamespace {
+	if s.Linux == nil {
+		return nil
+	}
+	for i := range s.Linux.Namespaces {
+		if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+			return &s.Linux.Namespaces[i]
+		}
+	}
+	return nil
+}
+
+// HasNamespace reports whether the spec has a namespace entry of type t.
+func HasNamespace(s *specs.Spec, t specs.LinuxNamespaceType) bool {
+	return s.Linux != nil && slices.ContainsFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == t })
+}
+
+// Env is the process's environment.
+func Env(s *specs.Spec) []string {
+	if s.Process == nil {
+		return nil
+	}
+	return s.Process.Env
+}
+
+// capabilitySet returns the named set of c.
+func capabilitySet(c *specs.LinuxCapabilities, set string) *[]string {
+	switch set {
+	case "bounding":
+		return &c.Bounding
+	case "effective":
+		return &c.Effective
+	case "inheritable":
+		return &c.Inheritable
+	case "permitted":
+		return &c.Permitted
+	case "ambient":
+		return &c.Ambient
+	}
+	panic("unknown capability set " + set)
+}
+
+// CanonicalCap accepts the spellings runtimes and users write: "NET_RAW",
+// "net_raw", "CAP_NET_RAW". Matching loosely can only refuse or drop more.
+func CanonicalCap(c string) string {
+	c = strings.ToUpper(strings.TrimSpace(c))
+	if !strings.HasPrefix(c, "CAP_") {
+		c = "CAP_" + c
+	}
+	return c
+}
+
+// DropCapability removes capability c, in any spelling CanonicalCap
+// accepts, from every set of the process. It reports whether anything
+// changed.
+func (c *Config) DropCapability(capability string) (bool, error) {
+	if c.caps == nil || c.Spec.Process == nil || c.Spec.Process.Capabilities == nil {
+		return false, nil
+	}
+	want := CanonicalCap(capability)
+	changed := false
+	for _, set := range CapabilitySets {
+		list := capabilitySet(c.Spec.Process.Capabilities, set)
+		kept := slices.DeleteFunc(slices.Clone(*list), func(x string) bool { return CanonicalCap(x) == want })
+		if len(kept) == len(*list) {
+			continue
+		}
+		*list = kept
+		c.caps.set(set, mustMarshal(kept))
+		changed = true
+	}
+	if changed {
+		c.process.set("capabilities", c.caps.encode())
+		c.top.set("process", c.process.encode())
+		c.dirty = true
+	}
+	return changed, nil
+}
+
+// AddHook appends h to hooks.<stage> unless a hook with the same path and
+// arguments is there already (a runtime may call create twice on one
+// bundle; the hook must still run once). It reports whether it added h.
+func (c *Config) AddHook(stage string, h specs.Hook) (bool, error) {
+	if !slices.Contains(hookStages, stage) {
+		return false, fmt.Errorf("unknown hook stage %q", stage)
+	}
+	if c.Spec.Hooks == nil {
+		c.Spec.Hooks = &specs.Hooks{}
+	}
+	list := hookList(c.Spec.Hooks, stage)
+	if slices.ContainsFunc(*list, func(have specs.Hook) bool { return have.Path == h.Path && slices.Equal(have.Args, h.Args) }) {
+		return false, nil
+	}
+	if c.hooks == nil {
+		c.hooks = &object{}
+	}
+	var raws []json.RawMessage
+	if raw := c.hooks.get(stage); raw != nil {
+		if err := json.Unmarshal(raw, &raws); err != nil {
+			return false, fmt.Errorf("field hooks.%s: %w", stage, err)
+		}
+	}
+	hb, err := marshal(h)
+	if err != nil {
+		return false, err
+	}
+	raws = append(raws, hb)
+	c.hooks.set(stage, mustMarshal(raws))
+	c.top.set("hooks", c.hooks.encode())
+	*list = append(*list, h)
+	c.dirty = true
+	return true, nil
+}
+
+// Hooks returns hooks.<stage>.
+func Hooks(s *specs.Spec, stage string) []specs.Hook {
+	if s.Hooks == nil || !slices.Contains(hookStages, stage) {
+		return nil
+	}
+	return *hookList(s.Hooks, stage)
+}
+
+//nolint:staticcheck // Prestart is deprecated, and still a stage runc runs.
+func hookList(h *specs.Hooks, stage string) *[]specs.Hook {
+	switch stage {
+	case "prestart":
+		return &h.Prestart
+	case "createRuntime":
+		return &h.CreateRuntime
+	case "createContainer":
+		return &h.CreateContainer
+	case "startContainer":
+		return &h.StartContainer
+	case "poststart":
+		return &h.Poststart
+	case "poststop":
+		return &h.Poststop
+	}
+	panic("unknown hook stage " + stage)
+}
+
+// SetNetworkNamespacePath sets the path of the network namespace entry,
+// or removes it when path is "" (a new namespace).
+func (c *Config) SetNetworkNamespacePath(path string) error {
+	n := NetworkNamespace(c.Spec)
+	if n == nil {
+		return errors.New("linux.namespaces has no network entry")
+	}
+	i := slices.IndexFunc(c.Spec.Linux.Namespaces, func(x specs.LinuxNamespace) bool { return x.Type == specs.NetworkNamespace })
+	// The typed entry i is the document's entry i: both are the list in
+	// order, and the strict parse read each entry's type as runc does.
+	entry := c.namespaces[i]
+	if path == "" {
+		entry.members = slices.DeleteFunc(entry.members, func(m member) bool { return m.key == "path" })
+	} else {
+		entry.set("path", mustMarshal(path))
+	}
+	n.Path = path
+	items := make([]json.RawMessage, len(c.namespaces))
+	for k, o := range c.namespaces {
+		items[k] = o.encode()
+	}
+	c.linux.set("namespaces", mustMarshal(items))
+	c.top.set("linux", c.linux.encode())
+	c.dirty = true
+	return nil
+}
+
+// SetAnnotation sets annotations[k] to v, or removes it when v is "".
+func (c *Config) SetAnnotation(k, v string) error {
+	if v == "" {
+		if _, ok := c.Spec.Annotations[k]; !ok {
+			return nil
+		}
+		delete(c.Spec.Annotations, k)
+	} else {
+		if c.Spec.Annotations == nil {
+			c.Spec.Annotations = map[string]string{}
+		}
+		c.Spec.Annotations[k] = v
+	}
+	c.top.set("annotations", mustMarshal(c.Spec.Annotations))
+	c.dirty = true
+	return nil
+}
+
+// Bytes renders the document.
+func (c *Config) Bytes() []byte { return c.top.encode() }
+
+// Modified reports whether the document changed since it was read.
+func (c *Config) Modified() bool { return c.dirty }
+
+// Write writes the document back when it changed: to a temporary file in
+// the bundle, with the original mode, renamed over config.json, so that
+// the runtime reads the old or the new spec, never a torn one. It does not
+// fsync: a bundle is runtime state (engines keep it under /run), and a
+// container does not survive the crash that fsync would guard against.
+func (c *Config) Write() error {
+	if !c.dirty {
+		return nil
+	}
+	if err := replaceFile(c.path, c.Bytes(), c.mode); err != nil {
+		return fmt.Errorf("failed to write the container's config: %w", err)
+	}
+	c.dirty = false
+	return nil
+}
+
+// replaceFile writes data to a temporary file beside path, with mode, and
+// renames it over path.
+func replaceFile(path string, data []byte, mode os.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".sforge-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
