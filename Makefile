@@ -51,7 +51,7 @@ fuzz:
 ## fuzz-ci: what `make test` runs: every fuzz target (the parsers of outside
 ## input: annotation codec, task JSON, CNI netconf, OCI state, ...) for
 ## FUZZTIME_CI on top of its committed seed corpus, so that CI keeps looking
-## for panics without an unbounded run (14 targets: about 3 minutes).
+## for panics without an unbounded run (about 8 s a target).
 ## A bare "context deadline exceeded" without a failing input is Go 1.26's
 ## fuzztime race (golang/go#75804), retried once by hack/fuzz-ci.sh.
 FUZZTIME_CI ?= 8s

@@ -134,7 +134,7 @@ func (h *Hook) install(stage string, st *specs.State) error {
 		return refuse(err.Error(), "run sforge-hook at createRuntime or prestart, when the container's process exists")
 	}
 	if shared {
-		return refuse("its network namespace is the host's (--network host)", "give the container a network of its own (no --network host)")
+		return refuse("its process is in the host's network namespace", "give the container a network of its own (no --network host)")
 	}
 	eng, err := h.engine(nsPath)
 	if err != nil {

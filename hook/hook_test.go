@@ -118,7 +118,7 @@ func TestInstallRefusesHostNetNS(t *testing.T) {
 	eng := &fakeEngine{}
 	h := &Hook{Engine: eng, Log: &Logger{}} // default host list: init's and our own
 	err := h.Run(StageCreateRuntime, strings.NewReader(state("c1", os.Getpid(), bundle(t, nil))))
-	if err == nil || !strings.Contains(err.Error(), "is the host's") {
+	if err == nil || !strings.Contains(err.Error(), "host's network namespace") {
 		t.Fatalf("error %v, want the host-network refusal", err)
 	}
 	if len(eng.installs) != 0 {

@@ -20,6 +20,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/sforge-dev/netiso/internal/atomicfile"
 )
 
 // Op is what a plan does.
@@ -136,7 +138,7 @@ func Apply(p Plan) error {
 		if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
 			return fmt.Errorf("failed to create the directory of %s: %w", c.Path, err)
 		}
-		if err := writeFileAtomic(c.Path, c.After, mode); err != nil {
+		if err := atomicfile.Write(c.Path, c.After, mode, true); err != nil {
 			return fmt.Errorf("failed to write %s: %w", c.Path, err)
 		}
 	}
@@ -203,49 +205,6 @@ func Executable(path string) error {
 	}
 	if st.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%s is not executable", path)
-	}
-	return nil
-}
-
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory, fsync, chmod to mode, rename, fsync of the directory, so that
-// readers see the old or the new content and the new survives a crash.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".sforge-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -353,9 +353,9 @@ func TestHookRuncRefusals(t *testing.T) {
 		// iptablesOnly: the failure is of the iptables binaries.
 		iptablesOnly bool
 	}{
-		{name: "no network namespace", annotation: allow, hostNetwork: true, want: "config.json has no network namespace"},
+		{name: "no network namespace", annotation: allow, hostNetwork: true, want: "its config has no network namespace"},
 		{name: "host network namespace path", annotation: allow, hostNetwork: true, netns: hostNetNSMount,
-			edit: func(s *specs.Spec) { s.Linux.Sysctl = nil }, want: "network namespace is the host's"},
+			edit: func(s *specs.Spec) { s.Linux.Sysctl = nil }, want: "host's network namespace"},
 		{name: "NET_ADMIN", annotation: allow, edit: withCaps(func(c *specs.LinuxCapabilities) {
 			c.Bounding = add(c.Bounding, "CAP_NET_ADMIN")
 		}), want: "CAP_NET_ADMIN (bounding)"},
@@ -414,7 +414,7 @@ func TestHookRuncRefusals(t *testing.T) {
 					if bundle.Ran() {
 						t.Fatal("the container's process ran")
 					}
-					prefix := "sforge-hook: container " + id + ": "
+					prefix := "sforge-hook: container " + id + " refused: "
 					// runc quotes the hook's stderr.
 					output := strings.ReplaceAll(res.Output(), `\"`, `"`)
 					line := ""

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,28 +20,13 @@ import (
 	"github.com/sforge-dev/netiso/shim"
 )
 
-// 32 isolated containers started at once (issue 9): every one is isolated
-// before it starts, none fails, nothing is left afterwards. Timing is the
-// benchmark's business (bench/concurrent_test.go); these tests only check
-// correctness under concurrency.
+// 32 isolated containers started at once: every one is isolated before it
+// starts, none fails, nothing is left afterwards. Timing is the
+// benchmark's business (bench/engine_more_test.go, BenchmarkDockerBurst);
+// these tests only check correctness under concurrency.
 
 // atOnce runs f for 0..n-1 concurrently, released together.
-func atOnce(n int, f func(i int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-gate
-			errs[i] = f(i)
-		}()
-	}
-	close(gate)
-	wg.Wait()
-	return errs
-}
+var atOnce = testenv.AtOnce
 
 // probesAtOnce starts n containers at once with start, each running the
 // probe (its argv given) for checks, and checks every report. The probe
@@ -134,7 +118,7 @@ func TestShimConcurrentCreates(t *testing.T) {
 	}
 	requireNoChains(t, n)
 	log, _ := os.ReadFile(s.logPath())
-	if got := strings.Count(string(log), "isolated before start"); got != concurrent {
+	if got := strings.Count(string(log), "isolation hooks added"); got != concurrent {
 		t.Fatalf("%d isolated creates logged, want %d:\n%s", got, concurrent, log)
 	}
 }

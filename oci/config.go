@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sforge-dev/netiso/internal/atomicfile"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -385,40 +385,9 @@ func (c *Config) Write() error {
 	if !c.dirty {
 		return nil
 	}
-	if err := replaceFile(c.path, c.Bytes(), c.mode); err != nil {
+	if err := atomicfile.Write(c.path, c.Bytes(), c.mode, false); err != nil {
 		return fmt.Errorf("failed to write the container's config: %w", err)
 	}
 	c.dirty = false
 	return nil
-}
-
-// replaceFile writes data to a temporary file beside path, with mode, and
-// renames it over path.
-func replaceFile(path string, data []byte, mode os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".sforge-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -80,11 +80,11 @@ func Decide(id string, s *specs.Spec, o Options) (*Decision, error) {
 	const ownNetwork = "give the container a network of its own (no --network host)"
 	netns := NetworkNamespace(s)
 	if netns == nil {
-		return nil, refuse("its config has no network namespace, so it would use the host's network", ownNetwork)
+		return nil, refuse("its config has no network namespace, so it would use the host's network namespace", ownNetwork)
 	}
 	if netns.Path != "" {
 		if shared, err := SharesNetNS(netns.Path, o.HostNetNS); err == nil && shared {
-			return nil, refuse("the network namespace its config names is the host's", ownNetwork)
+			return nil, refuse("its config names the host's network namespace", ownNetwork)
 		}
 	}
 	d.NetNSPath = netns.Path
@@ -98,7 +98,7 @@ func Decide(id string, s *specs.Spec, o Options) (*Decision, error) {
 	forbidden := []string{CapNetAdmin, CapSysAdmin}
 	fix := "run it without them (no --privileged, no --cap-add NET_ADMIN or SYS_ADMIN)"
 	if !o.DropsNetRaw {
-		forbidden = append(forbidden, CapNetRaw)
+		forbidden = []string{CapNetAdmin, CapNetRaw, CapSysAdmin}
 		fix = "run it without them (no --privileged, no --cap-add NET_ADMIN or SYS_ADMIN, and --cap-drop NET_RAW)"
 	}
 	if held := Holds(s.Process.Capabilities, forbidden...); len(held) > 0 {

@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 		{"capabilities omitted", isolated(&specs.Process{}), true, "lists no capabilities", ""},
 		{"no process", isolated(nil), true, "has no process", ""},
 		{"no network namespace", isolated(&specs.Process{Capabilities: allSets()}, specs.LinuxNamespace{Type: specs.PIDNamespace}), true, "would use the host's network", ""},
-		{"the host's namespace by path", isolated(&specs.Process{Capabilities: allSets()}, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: self}), true, "names is the host's", ""},
+		{"the host's namespace by path", isolated(&specs.Process{Capabilities: allSets()}, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: self}), true, "names the host's network namespace", ""},
 		{"a namespace by path", isolated(&specs.Process{Capabilities: allSets()}, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: "/run/netns/x"}), true, "", "/run/netns/x"},
 		{"bad allowlist", &specs.Spec{Annotations: map[string]string{"sforge.io/egress": "v9"}}, true, "unsupported version", ""},
 		{"allowlist twice in env", &specs.Spec{Process: &specs.Process{Env: []string{"SFORGE_EGRESS=v1", "SFORGE_EGRESS=" + allow}}}, true, "set it once", ""},

@@ -26,9 +26,11 @@
 package shim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -67,7 +69,11 @@ type Shim struct {
 	// Engine installs the rules in a namespace the shim makes; opened
 	// from EngineName the first time it is needed when nil.
 	Engine engine.Engine
-	Log    *Logger
+	// HookLog is the log of the hooks the shim adds (hook.log beside its
+	// own log); $SFORGE_HOOK_LOG overrides it, "" leaves the hook's
+	// default.
+	HookLog string
+	Log     *Logger
 	// Getwd is the working directory (the default bundle); os.Getwd when nil.
 	Getwd func() (string, error)
 	// Getenv reads the environment; os.Getenv when nil.
@@ -269,7 +275,7 @@ func (s *Shim) addHooks(id string, cfg *oci.Config, stages ...string) error {
 		h := specs.Hook{Path: s.Hook, Args: args, Timeout: &timeout, Env: []string{HookProcsEnv}}
 		// runc gives a hook only the environment its entry names: pass
 		// the hook's log setting on, when the shim has one.
-		if v := s.getenv(HookLogEnv); v != "" {
+		if v := cmp.Or(s.getenv(HookLogEnv), s.HookLog); v != "" {
 			h.Env = append(h.Env, HookLogEnv+"="+v)
 		}
 		if _, err := cfg.AddHook(stage, h); err != nil {
@@ -329,7 +335,7 @@ func run(args []string, o mainOptions) int {
 		return 1
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
-		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, Log: log}
+		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, HookLog: hookLogBeside(cfg.Log), Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {
@@ -340,6 +346,15 @@ func run(args []string, o mainOptions) int {
 	}
 	log.Errorf("%s", oneLine(err.Error()))
 	return 1
+}
+
+// hookLogBeside is hook.log in the directory of the shim's log, "" when
+// the shim keeps none.
+func hookLogBeside(log string) string {
+	if log == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(log), "hook.log")
 }
 
 // oneLine joins the lines of a message (errors.Join output, say): the

@@ -307,6 +307,10 @@ func TestHookMode(t *testing.T) {
 					if len(hs) != 1 || hs[0].Path != h.hook || !slices.Equal(hs[0].Args, []string{"sforge-hook", stage}) || hs[0].Timeout == nil || *hs[0].Timeout != DefaultHookTimeout {
 						t.Fatalf("%s hooks = %+v", stage, hs)
 					}
+					// The hook logs beside the runtime's log.
+					if want := HookLogEnv + "=" + filepath.Join(h.dir, "log", "hook.log"); !slices.Contains(hs[0].Env, want) {
+						t.Fatalf("%s hook env %q, want %q", stage, hs[0].Env, want)
+					}
 				}
 				if held := oci.Holds(c.Spec.Process.Capabilities, oci.CapNetRaw); len(held) != 0 {
 					t.Fatalf("NET_RAW kept: %v", held)
@@ -375,7 +379,7 @@ func TestCreateRefused(t *testing.T) {
 		{"malformed allowlist", `{"annotations":{"sforge.io/egress":"v1;tcp:nope"},"linux":{"namespaces":[{"type":"network"}]}}`, "invalid sforge.io/egress value", false},
 		{"env set twice differently", `{"process":{"env":["SFORGE_EGRESS=v1","SFORGE_EGRESS=v1;dns:10.0.0.1"]},"linux":{"namespaces":[{"type":"network"}]}}`, "more than once", false},
 		{"host network", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"pid"}]}}`, "would use the host's network", false},
-		{"host network by path", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network","path":"/proc/self/ns/net"}]}}`, "names is the host's", false},
+		{"host network by path", `{"annotations":{"sforge.io/egress":"v1"},"linux":{"namespaces":[{"type":"network","path":"/proc/self/ns/net"}]}}`, "names the host's network namespace", false},
 		{"NET_ADMIN", withNS(`"CAP_NET_ADMIN"`), "CAP_NET_ADMIN", false},
 		{"privileged", withNS(`"CAP_SYS_ADMIN","CAP_NET_ADMIN","CAP_NET_RAW"`), "refused", false},
 		{"NET_ADMIN spelled loosely", withNS(`"net_admin"`), "CAP_NET_ADMIN", false},
@@ -646,7 +650,7 @@ func TestCreateRefusesHostNetNSWithLeaderAway(t *testing.T) {
 	h := newHarness(t, spec)
 	h.env = []string{leaderAwayEnv + "=1"} // the real host checks
 	r := h.run(t, h.dir, "", "create", "--bundle", h.bundle, "ctr")
-	if r.code == 0 || r.argv != nil || !strings.Contains(r.stderr, "names is the host's") {
+	if r.code == 0 || r.argv != nil || !strings.Contains(r.stderr, "host's network namespace") {
 		t.Fatalf("exit %d, runtime argv %v, stderr %q: want the host's namespace refused", r.code, r.argv, r.stderr)
 	}
 }

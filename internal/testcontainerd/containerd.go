@@ -36,7 +36,11 @@ type Daemon struct {
 
 // Start launches containerd and waits (bounded) until ctr reaches it. It
 // is stopped and its directory removed when the test ends.
-func Start(t testing.TB) *Daemon {
+func Start(t testing.TB) *Daemon { return StartEnv(t, nil) }
+
+// StartEnv is Start with env added to containerd's environment, which its
+// runc shims, and the runtimes they run, inherit.
+func StartEnv(t testing.TB, env []string) *Daemon {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireBinary(t, "containerd")
@@ -84,6 +88,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	defer logf.Close()
 	d.cmd = exec.Command("nsenter", "--net="+d.NetNS.Path(), "--", "containerd", "--config", d.Config)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if env != nil {
+		d.cmd.Env = append(os.Environ(), env...)
+	}
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("failed to start containerd: %v", err)

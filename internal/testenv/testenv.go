@@ -7,6 +7,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 )
 
@@ -38,4 +39,23 @@ func RequireBinary(t testing.TB, name string) string {
 	p, err := exec.LookPath(name)
 	Require(t, err == nil, name+" not found on PATH (`make deps` installs it)")
 	return p
+}
+
+// AtOnce runs f for 0..n-1 concurrently, released together, and returns
+// each one's error.
+func AtOnce(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			errs[i] = f(i)
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return errs
 }

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/bench/internal/timing"
+	"github.com/sforge-dev/netiso/internal/testcontainerd"
+	"github.com/sforge-dev/netiso/internal/testdocker"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// runtimeLog writes a settings file for sforge-runtime in logDir that
+// sends its log there, and returns the file and the log.
+func runtimeLog(b *testing.B, logDir, hook string) (config, log string) {
+	b.Helper()
+	log, config = filepath.Join(logDir, "runtime.log"), filepath.Join(logDir, "runtime.json")
+	data, _ := json.Marshal(map[string]string{"log": log, "hook": hook})
+	if err := os.WriteFile(config, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return config, log
+}
+
+// BenchmarkContainerd: `ctr run --rm` of busybox `true` through
+// containerd 1.6, sforge-runtime as the runc binary of the isolated runs
+// (as `sforge install --containerd` registers it), plain runc for the
+// others.
+func BenchmarkContainerd(b *testing.B) {
+	hookRequire(b)
+	dir := b.TempDir()
+	prefix := enginePrefix(b, dir)
+	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), testenv.RequireBinary(b, "busybox"), "true")
+	config, log := runtimeLog(b, engineLogDir(b, dir, "root", false), filepath.Join(prefix, "bin", "sforge-hook"))
+	d := testcontainerd.StartEnv(b, []string{"SFORGE_RUNTIME_CONFIG=" + config})
+	n := 0
+	run := func(args ...string) func() error {
+		return func() error {
+			n++
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			argv := append(append([]string{"run", "--rm"}, args...), "--rootfs", rootfs, fmt.Sprintf("bench-%d", n), "/bin/true")
+			if out, err := d.Ctr(ctx, argv...); err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		}
+	}
+	plain := &runContender{name: "containerd, plain (runc)", run: run()}
+	engineRuns(b, "ctr run --rm busybox true", []*runContender{plain,
+		{name: "containerd, isolated (4 entries)", base: plain, log: log, mark: " isolated before start (",
+			run: run("--runc-binary", filepath.Join(prefix, "bin", "sforge-runtime"), "--annotation", policy.AnnotationAssignment(hookAnnotation(b, 4)))}})
+}
+
+// dockerWithSforge starts a dockerd with prefix's sforge-runtime registered
+// as runtime "sforge", its log (returned) and its hooks' under dir.
+func dockerWithSforge(b *testing.B, dir, prefix string) (*testdocker.Daemon, string) {
+	b.Helper()
+	config, log := runtimeLog(b, engineLogDir(b, dir, "root", false), filepath.Join(prefix, "bin", "sforge-hook"))
+	d := testdocker.Start(b, testdocker.Options{
+		DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
+		Env:          []string{"SFORGE_RUNTIME_CONFIG=" + config}})
+	return d, log
+}
+
+// atOnce is how many containers a burst starts together:
+// SFORGE_BENCH_AT_ONCE, else 32.
+func atOnce() int {
+	if v, err := strconv.Atoi(os.Getenv("SFORGE_BENCH_AT_ONCE")); err == nil && v > 0 {
+		return v
+	}
+	return 32
+}
+
+// BenchmarkDockerBurst: bursts of `docker run --rm` started together
+// through one dockerd 20.10, isolated (runtime sforge, the allowlist) and
+// plain (runc), the bursts alternated. Every run must succeed and nothing
+// may be left; the figure is each kind's p99 over all its runs.
+func BenchmarkDockerBurst(b *testing.B) {
+	hookRequire(b)
+	dir := b.TempDir()
+	prefix := enginePrefix(b, dir)
+	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), testenv.RequireBinary(b, "busybox"), "true")
+	const image = "sforge-bench/busybox:1"
+	d, log := dockerWithSforge(b, dir, prefix)
+	d.ImportImage(b, image, rootfs)
+	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
+	kinds := []struct {
+		name string
+		args []string
+	}{
+		{"plain (runc)", []string{"--runtime", "runc"}},
+		{"isolated (4 entries)", []string{"--runtime", "sforge", "-e", allow}},
+	}
+	n, bursts := atOnce(), rounds(5)
+	samples := make([]timing.Samples, len(kinds))
+	walls := make([]timing.Samples, len(kinds))
+	start := time.Now()
+	for range b.N {
+		for burst := range bursts {
+			for k := range kinds {
+				kind := (k + burst) % len(kinds)
+				times, wall, errs := burstRun(n, func() error {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+					defer cancel()
+					args := append(append([]string{"run", "--rm", "--cap-drop", "NET_RAW"}, kinds[kind].args...), image, "/bin/true")
+					if out, err := d.Docker(ctx, args...); err != nil {
+						return fmt.Errorf("%v: %s", err, out)
+					}
+					return nil
+				})
+				for _, err := range errs {
+					b.Errorf("%s, burst %d: %v", kinds[kind].name, burst, err)
+				}
+				if len(errs) > 0 {
+					b.FailNow()
+				}
+				samples[kind] = append(samples[kind], times...)
+				walls[kind] = append(walls[kind], wall)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	if left := strings.TrimSpace(d.MustDocker(b, "ps", "-aq")); left != "" {
+		b.Fatalf("containers left behind:\n%s", left)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got, want := strings.Count(string(data), " isolated before start ("), n*bursts*b.N; got != want {
+		b.Fatalf("%d of %d isolated runs logged an install:\n%s", got, want, data)
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\ndocker run --rm busybox true, %d bursts of %d at once per kind, alternated, in %s; load average %s\n", bursts, n, elapsed.Round(time.Second), loadAvg())
+	fmt.Fprintf(&out, "ms per run over all runs of a kind (p50 / p99), and each burst's wall time (median)\n")
+	fmt.Fprintf(&out, "%-24s %10s %10s %12s\n", "kind", "p50", "p99", "burst wall")
+	for k, kind := range kinds {
+		fmt.Fprintf(&out, "%-24s %10s %10s %12s\n", kind.name, timing.Ms(samples[k].Median()), timing.Ms(samples[k].Quantile(0.99)), timing.Ms(walls[k].Median()))
+	}
+	ratio := float64(samples[1].Quantile(0.99)) / float64(samples[0].Quantile(0.99))
+	fmt.Fprintf(&out, "p99 isolated / p99 plain: %.2fx; failures: 0; containers left: 0\n", ratio)
+	fmt.Print(out.String())
+	b.ReportMetric(ratio, "p99-isolated/plain")
+}
+
+// burstRun starts n runs of f at once and returns each one's duration, the
+// burst's wall time and the errors.
+func burstRun(n int, f func() error) (timing.Samples, time.Duration, []error) {
+	times := make(timing.Samples, n)
+	t0 := time.Now()
+	errs := testenv.AtOnce(n, func(i int) error {
+		start := time.Now()
+		err := f()
+		times[i] = time.Since(start)
+		return err
+	})
+	wall := time.Since(t0)
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	return times, wall, failed
+}
+
+// BenchmarkSforgeRun: `sforge run` end to end (task, image, container,
+// logs, exit, cleanup) of examples/hello-judge with `--agent command --
+// /bin/true`, --disable-internet against --enable-internet, through one
+// dockerd with the sforge runtime registered.
+func BenchmarkSforgeRun(b *testing.B) {
+	hookRequire(b)
+	dir := b.TempDir()
+	prefix := enginePrefix(b, dir)
+	busybox := testenv.RequireBinary(b, "busybox")
+	list, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var applets []string
+	for _, a := range strings.Fields(string(list)) {
+		if a != "busybox" {
+			applets = append(applets, a)
+		}
+	}
+	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), busybox, applets...)
+	d, log := dockerWithSforge(b, dir, prefix)
+	d.ImportImage(b, "sforge-example/busybox:1", rootfs) // the example task's base
+	task, err := filepath.Abs(filepath.Join("..", "examples", "hello-judge"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	xdg := b.TempDir()
+	run := func(flag string) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "sforge"), "run", "--task", task, "--agent", "command",
+				"--judge-url", "http://198.51.100.10:8080", flag, "--", "/bin/true")
+			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host, "XDG_CONFIG_HOME="+xdg)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		}
+	}
+	plain := &runContender{name: "sforge run --enable-internet", run: run("--enable-internet")}
+	isolated := &runContender{name: "sforge run --disable-internet", base: plain, log: log, mark: " isolated before start (", run: run("--disable-internet")}
+	// The first runs build the task's image; the rounds measure starts.
+	for _, c := range []*runContender{plain, isolated} {
+		if err := c.run(); err != nil {
+			b.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	if err := os.Truncate(log, 0); err != nil {
+		b.Fatal(err)
+	}
+	engineRuns(b, "sforge run examples/hello-judge --agent command -- /bin/true", []*runContender{plain, isolated})
+}
