@@ -55,10 +55,14 @@ func BenchmarkContainerd(b *testing.B) {
 			return nil
 		}
 	}
+	runtime := filepath.Join(prefix, "bin", "sforge-runtime")
 	plain := &runContender{name: "containerd, plain (runc)", run: run()}
 	engineRuns(b, "ctr run --rm busybox true", []*runContender{plain,
+		// Every runtime call through sforge-runtime, none isolated: what
+		// the wrapper's own process costs the engine.
+		{name: "containerd, sforge-runtime, no allowlist", base: plain, run: run("--runc-binary", runtime)},
 		{name: "containerd, isolated (4 entries)", base: plain, log: log, mark: " isolated before start (",
-			run: run("--runc-binary", filepath.Join(prefix, "bin", "sforge-runtime"), "--annotation", policy.AnnotationAssignment(hookAnnotation(b, 4)))}})
+			run: run("--runc-binary", runtime, "--annotation", policy.AnnotationAssignment(hookAnnotation(b, 4)))}})
 }
 
 // dockerWithSforge starts a dockerd with prefix's sforge-runtime registered
@@ -201,15 +205,31 @@ func BenchmarkSforgeRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	xdg := b.TempDir()
+	// phases are each run's timings_ms from --report, by flag.
+	phases := map[string]map[string]timing.Samples{}
 	run := func(flag string) func() error {
 		return func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
+			report := filepath.Join(dir, "report.json")
 			cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "sforge"), "run", "--task", task, "--agent", "command",
-				"--judge-url", "http://198.51.100.10:8080", flag, "--", "/bin/true")
+				"--judge-url", "http://198.51.100.10:8080", flag, "--report", report, "--", "/bin/true")
 			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host, "XDG_CONFIG_HOME="+xdg)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("%v\n%s", err, out)
+			}
+			var rep struct {
+				Timings map[string]float64 `json:"timings_ms"`
+			}
+			data, err := os.ReadFile(report)
+			if err != nil || json.Unmarshal(data, &rep) != nil {
+				return fmt.Errorf("no report: %v %s", err, data)
+			}
+			if phases[flag] == nil {
+				phases[flag] = map[string]timing.Samples{}
+			}
+			for k, v := range rep.Timings {
+				phases[flag][k] = append(phases[flag][k], time.Duration(v*float64(time.Millisecond)))
 			}
 			return nil
 		}
@@ -225,5 +245,61 @@ func BenchmarkSforgeRun(b *testing.B) {
 	if err := os.Truncate(log, 0); err != nil {
 		b.Fatal(err)
 	}
+	clear(phases) // the image builds
 	engineRuns(b, "sforge run examples/hello-judge --agent command -- /bin/true", []*runContender{plain, isolated})
+	var out strings.Builder
+	fmt.Fprintf(&out, "phases (--report timings_ms), median ms:\n%-22s", "")
+	names := []string{"preflight", "resolve", "build", "start", "run", "cleanup", "total"}
+	for _, n := range names {
+		fmt.Fprintf(&out, " %9s", n)
+	}
+	for _, flag := range []string{"--enable-internet", "--disable-internet"} {
+		fmt.Fprintf(&out, "\n%-22s", flag)
+		for _, n := range names {
+			fmt.Fprintf(&out, " %9s", timing.Ms(phases[flag][n].Median()))
+		}
+	}
+	fmt.Println(out.String())
+}
+
+// BenchmarkRuntimeCall: one call of sforge-runtime that passes through
+// (`state x`, the runtime /bin/true), against /bin/true itself and a Go
+// program that only execs it (bench/cmd/exec-true), interleaved: what
+// each runtime call an engine makes pays for the wrapper.
+func BenchmarkRuntimeCall(b *testing.B) {
+	dir := b.TempDir()
+	floor, runtime := filepath.Join(dir, "exec-true"), filepath.Join(dir, "sforge-runtime")
+	build(b, floor, "./cmd/exec-true", "")
+	build(b, runtime, "../cmd/sforge-runtime", "")
+	config := filepath.Join(dir, "runtime.json")
+	if err := os.WriteFile(config, []byte(`{"log": "-"}`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	contenders := []struct {
+		name string
+		argv []string
+	}{
+		{"/bin/true", []string{"/bin/true"}},
+		{"Go program execing /bin/true", []string{floor}},
+		{"sforge-runtime state x, passing through", []string{runtime, "state", "x"}},
+	}
+	env := append(os.Environ(), "SFORGE_RUNC=/bin/true", "SFORGE_RUNTIME_CONFIG="+config)
+	n := rounds(300)
+	for range b.N {
+		s := hookInterleave(len(contenders), n, func(c, _ int) time.Duration {
+			cmd := exec.Command(contenders[c].argv[0], contenders[c].argv[1:]...)
+			cmd.Env = env
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			d := time.Since(start)
+			if err != nil {
+				b.Fatalf("%s: %v: %s", contenders[c].name, err, out)
+			}
+			return d
+		})
+		fmt.Printf("\nprocess start to exit, %d rounds interleaved; ms median / p95\n", n)
+		for i, c := range contenders {
+			fmt.Printf("%-42s %7s / %7s\n", c.name, timing.Ms(s[i].Median()), timing.Ms(s[i].P95()))
+		}
+	}
 }

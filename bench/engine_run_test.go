@@ -210,7 +210,7 @@ func BenchmarkDocker(b *testing.B) {
 
 // busyboxRootfs makes at rootfs an image's tree: busybox, the applets
 // named as links to it, and the directories a runtime mounts over.
-func busyboxRootfs(b *testing.B, rootfs, busybox string, applets ...string) string {
+func busyboxRootfs(b testing.TB, rootfs, busybox string, applets ...string) string {
 	b.Helper()
 	for _, sub := range []string{"bin", "etc", "proc", "sys", "dev"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
