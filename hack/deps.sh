@@ -24,6 +24,10 @@ declare -A need=(
   [nginx]=nginx
   [squid]=squid
   [curl]=curl
+  # the ways harnesses enter a container (integration/exec_test.go):
+  # docker-compose exec and the Docker SDK's exec_run
+  [docker-compose]=docker-compose
+  [/usr/lib/python3/dist-packages/docker]=python3-docker
   # the benchmarks' seed baseline as the seed ran it (`sudo -n iptables` per rule)
   [sudo]=sudo
   # the test node's static pause (internal/testcluster, hack/k8s/pause.c)

@@ -231,6 +231,25 @@ func (ds *dockerSforge) isolated(t *testing.T, extra ...string) {
 	}
 }
 
+// execConfined starts an isolated container (extra added to docker run)
+// and enters it with `docker exec`: the exec'd process holds none of
+// NET_RAW, NET_ADMIN, SYS_ADMIN, the probe matrix holds, and a privileged
+// exec is refused with one line.
+func (ds *dockerSforge) execConfined(t *testing.T, extra ...string) {
+	t.Helper()
+	d := ds.d
+	name := "exec-" + randSuffix()
+	d.MustDocker(t, append(append([]string{"run", "-d", "--name", name, "--network", "sfnet", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist}, extra...),
+		ds.image, "/bin/sleep", "300")...)
+	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", name) })
+	requireNoForbiddenCaps(t, d.MustDocker(t, "exec", name, "/bin/cat", "/proc/self/status"))
+	out, _ := d.Docker(t.Context(), "exec", name, "/bin/sh", "-c", ds.script)
+	regExpect(t, out, ds.checks)
+	if out, err := d.Docker(t.Context(), "exec", "--privileged", name, "/bin/true"); err == nil || !strings.Contains(out, "the exec'd process holds CAP_NET_ADMIN") {
+		t.Fatalf("docker exec --privileged: %v, want our refusal:\n%s", err, out)
+	}
+}
+
 // joinsNamespace runs an isolated container in the namespace of a plain
 // one, X (`--network container:X`; xArgs are added to X's docker run):
 // Docker names X's namespace by path (/proc/<pid>/ns/net). The runtime adds
@@ -284,6 +303,7 @@ func TestRuntimeDockerUsernsRemap(t *testing.T) {
 	// Joining another remapped container's namespace, which its user
 	// namespace owns: installed there, and removed by the poststop hook.
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
+	t.Run("exec confined", func(t *testing.T) { ds.execConfined(t, ping) })
 }
 
 // TestRuntimeDockerRootless: rootless Docker (dockerd-rootless.sh, run by
@@ -314,6 +334,7 @@ func TestRuntimeDockerRootless(t *testing.T) {
 		regExpect(t, ds.run(t, ping, "--runtime", "sforge"), ds.open)
 	})
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t, ping) })
+	t.Run("exec confined", func(t *testing.T) { ds.execConfined(t, ping) })
 	t.Run("32 at once", func(t *testing.T) {
 		// The runtime's creates run together inside rootlesskit's
 		// namespaces: none may fail.

@@ -125,13 +125,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c := &Config{top: top}
 	if raw := top.get("process"); raw != nil {
-		if c.process, err = parseObject(raw, "process", "env", "capabilities"); err != nil {
-			return nil, fieldError("process", err)
-		}
-		if raw := c.process.get("capabilities"); raw != nil {
-			if c.caps, err = parseObject(raw, "process.capabilities", CapabilitySets...); err != nil {
-				return nil, fieldError("process.capabilities", err)
-			}
+		if c.process, c.caps, err = parseProcess(raw, "process"); err != nil {
+			return nil, err
 		}
 	}
 	if raw := top.get("annotations"); raw != nil {
@@ -170,6 +165,20 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// parseProcess reads a process object strictly (its env and capabilities
+// sets decided on, as in ParseConfig), where names it in messages.
+func parseProcess(data []byte, where string) (process, caps *object, err error) {
+	if process, err = parseObject(data, where, "env", "capabilities"); err != nil {
+		return nil, nil, fieldError(where, err)
+	}
+	if raw := process.get("capabilities"); raw != nil {
+		if caps, err = parseObject(raw, where+".capabilities", CapabilitySets...); err != nil {
+			return nil, nil, fieldError(where+".capabilities", err)
+		}
+	}
+	return process, caps, nil
 }
 
 // fieldError names the field of a decoding error; a MemberError names it
@@ -240,27 +249,37 @@ func CanonicalCap(c string) string {
 // accepts, from every set of the process. It reports whether anything
 // changed.
 func (c *Config) DropCapability(capability string) (bool, error) {
-	if c.caps == nil || c.Spec.Process == nil || c.Spec.Process.Capabilities == nil {
+	if !dropCapability(c.Spec.Process, c.process, c.caps, capability) {
 		return false, nil
+	}
+	c.top.set("process", c.process.encode())
+	c.dirty = true
+	return true, nil
+}
+
+// dropCapability removes capability from every set of p, typed and as
+// written (process and its capabilities object caps), and reports whether
+// anything changed.
+func dropCapability(p *specs.Process, process, caps *object, capability string) bool {
+	if caps == nil || p == nil || p.Capabilities == nil {
+		return false
 	}
 	want := CanonicalCap(capability)
 	changed := false
 	for _, set := range CapabilitySets {
-		list := capabilitySet(c.Spec.Process.Capabilities, set)
+		list := capabilitySet(p.Capabilities, set)
 		kept := slices.DeleteFunc(slices.Clone(*list), func(x string) bool { return CanonicalCap(x) == want })
 		if len(kept) == len(*list) {
 			continue
 		}
 		*list = kept
-		c.caps.set(set, mustMarshal(kept))
+		caps.set(set, mustMarshal(kept))
 		changed = true
 	}
 	if changed {
-		c.process.set("capabilities", c.caps.encode())
-		c.top.set("process", c.process.encode())
-		c.dirty = true
+		process.set("capabilities", caps.encode())
 	}
-	return changed, nil
+	return changed
 }
 
 // AddHook appends h to hooks.<stage> unless a hook with the same path and

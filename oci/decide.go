@@ -91,20 +91,40 @@ func Decide(id string, s *specs.Spec, o Options) (*Decision, error) {
 	if s.Process == nil {
 		return nil, refuse("its config has no process", "give the container a process")
 	}
-	if s.Process.Capabilities == nil {
-		return nil, refuse("its config lists no capabilities, so the process would keep all of the runtime's (CAP_NET_ADMIN included)",
-			"list the container's capabilities explicitly")
+	if cause, fix := checkProcess(s.Process, o.DropsNetRaw); cause != "" {
+		return nil, refuse("its process "+cause, fix)
+	}
+	return d, nil
+}
+
+// DecideExec is the admission of a process started in an isolated
+// container after its start (`runc exec`): a *Refusal when the process
+// would hold a capability that undoes the rules, nil when it may run
+// (once CAP_NET_RAW is dropped, where dropsNetRaw says the caller does).
+func DecideExec(id string, p *specs.Process, dropsNetRaw bool) error {
+	if cause, fix := checkProcess(p, dropsNetRaw); cause != "" {
+		return &Refusal{ID: id, Cause: "the exec'd process " + cause, Fix: fix}
+	}
+	return nil
+}
+
+// checkProcess is the capability half of the admission: the cause and fix
+// of a refusal, "" when p may run isolated.
+func checkProcess(p *specs.Process, dropsNetRaw bool) (cause, fix string) {
+	if p.Capabilities == nil {
+		return "lists no capabilities, so it would keep all of the runtime's (CAP_NET_ADMIN included)",
+			"list the container's capabilities explicitly"
 	}
 	forbidden := []string{CapNetAdmin, CapSysAdmin}
-	fix := "run it without them (no --privileged, no --cap-add NET_ADMIN or SYS_ADMIN)"
-	if !o.DropsNetRaw {
+	fix = "run it without them (no --privileged, no --cap-add NET_ADMIN or SYS_ADMIN)"
+	if !dropsNetRaw {
 		forbidden = []string{CapNetAdmin, CapNetRaw, CapSysAdmin}
 		fix = "run it without them (no --privileged, no --cap-add NET_ADMIN or SYS_ADMIN, and --cap-drop NET_RAW)"
 	}
-	if held := Holds(s.Process.Capabilities, forbidden...); len(held) > 0 {
-		return nil, refuse("it holds "+strings.Join(held, " and ")+", with which it could remove or bypass its egress rules", fix)
+	if held := Holds(p.Capabilities, forbidden...); len(held) > 0 {
+		return "holds " + strings.Join(held, " and ") + ", with which it could remove or bypass its egress rules", fix
 	}
-	return d, nil
+	return "", ""
 }
 
 // Holds lists which of caps c holds, each with its sets:

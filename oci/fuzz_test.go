@@ -188,3 +188,53 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseProcessFile: an exec's process file as runc reads it. Whatever
+// ParseProcessFile accepts, a reader of exact names sees the capabilities
+// runc sees, and after the drop the written document decodes to exactly
+// the process sforge holds, without CAP_NET_RAW.
+func FuzzParseProcessFile(f *testing.F) {
+	for _, doc := range []string{
+		`{"args":["/bin/sh"],"cwd":"/","capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW"],"effective":["CAP_NET_RAW"]}}`,
+		`{"args":["/bin/sh"],"capabilities":{"bounding":[],"Bounding":["CAP_NET_ADMIN"]}}`,
+		`{"args":["/bin/sh"],"Capabilities":{"bounding":["CAP_NET_ADMIN"]}}`,
+		`{"args":["/bin/sh"],"capabilities":null,"env":["A=b"],"user":{"uid":0}}`,
+	} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseProcessFile(data)
+		if err != nil {
+			return
+		}
+		var runc specs.Process
+		if err := json.Unmarshal(data, &runc); err != nil {
+			t.Fatalf("accepted what encoding/json refuses: %v", err)
+		}
+		var top map[string]json.RawMessage
+		_ = json.Unmarshal(data, &top)
+		var capsRaw map[string]json.RawMessage
+		_ = json.Unmarshal(top["capabilities"], &capsRaw)
+		for _, set := range CapabilitySets {
+			var exact, want []string
+			_ = json.Unmarshal(capsRaw[set], &exact)
+			if runc.Capabilities != nil {
+				want = *capabilitySet(runc.Capabilities, set)
+			}
+			if !slices.Equal(exact, want) {
+				t.Fatalf("capabilities.%s: exact %v, runc %v", set, exact, want)
+			}
+		}
+		p.DropCapability("NET_RAW")
+		var written specs.Process
+		if err := json.Unmarshal(p.Bytes(), &written); err != nil {
+			t.Fatalf("written process does not decode: %v\n%s", err, p.Bytes())
+		}
+		if !reflect.DeepEqual(&written, p.Process) {
+			t.Fatalf("written process reads as\n%+v\nsforge holds\n%+v", written, *p.Process)
+		}
+		if written.Capabilities != nil && len(Holds(written.Capabilities, CapNetRaw)) > 0 {
+			t.Fatalf("NET_RAW still held after the drop")
+		}
+	})
+}

@@ -36,6 +36,83 @@ type Args struct {
 	// 3+PreserveFDs-1 (after any socket-activation ones) go to the
 	// container.
 	PreserveFDs int
+	// Exec is what an exec's flags say (Command "exec" only).
+	Exec ExecArgs
+}
+
+// ExecArgs is what the shim reads of `runc exec`'s flags.
+type ExecArgs struct {
+	// ProcessFile is --process: the process to start, as a JSON file
+	// (what Docker, containerd and podman pass); "" for the argv form,
+	// whose process is config.json's with Args replaced.
+	ProcessFile string
+	// Caps are the --cap flags, which runc adds to the process's sets in
+	// the argv form.
+	Caps []CapFlag
+}
+
+// CapFlag is one --cap flag of an exec: its value and the arguments it
+// spans (one for "--cap=X", two for "--cap X").
+type CapFlag struct {
+	Value       string
+	Index, Span int
+}
+
+// Flags of `runc exec` (runc 1.1): those that take a value, and the
+// booleans. runc stops reading flags at the first positional argument,
+// the container's id.
+var (
+	execValueFlags = map[string]bool{
+		"console-socket": true, "cwd": true, "env": true, "e": true, "user": true, "u": true,
+		"additional-gids": true, "g": true, "process": true, "p": true, "pid-file": true,
+		"process-label": true, "apparmor": true, "cap": true, "c": true, "preserve-fds": true, "cgroup": true,
+	}
+	execBoolFlags = map[string]bool{
+		"tty": true, "t": true, "detach": true, "d": true, "no-new-privs": true, "ignore-paused": true,
+		"help": true, "h": true,
+	}
+)
+
+// parseExec reads the flags of `runc exec` from args[i] on, up to the
+// container's id. A flag it does not know is an error: it could take the
+// next argument as its value, and misreading the id would let an exec into
+// an isolated container pass unchecked.
+func parseExec(a *Args, args []string, i int) error {
+	for j := i; j < len(args); j++ {
+		arg := args[j]
+		if arg == "--" {
+			if j+1 < len(args) {
+				a.ID = args[j+1]
+			}
+			return nil
+		}
+		name, value, inline, isFlag := flagName(arg)
+		if !isFlag {
+			a.ID = arg
+			return nil
+		}
+		switch {
+		case execBoolFlags[name]:
+			continue
+		case !execValueFlags[name]:
+			return fmt.Errorf("runc exec: flag %s is not one sforge-runtime knows, so it cannot tell which container the exec is for", arg)
+		}
+		span := 1
+		if !inline {
+			if j+1 >= len(args) {
+				return fmt.Errorf("runc exec: flag --%s needs a value", name)
+			}
+			j++
+			value, span = args[j], 2
+		}
+		switch name {
+		case "process", "p":
+			a.Exec.ProcessFile = value
+		case "cap", "c":
+			a.Exec.Caps = append(a.Exec.Caps, CapFlag{Value: value, Index: j + 1 - span, Span: span})
+		}
+	}
+	return nil
 }
 
 // Modifies reports whether the subcommand creates a container from a
@@ -160,6 +237,9 @@ func ParseArgs(args []string) (Args, error) {
 		return a, nil
 	}
 	a.Command, a.CommandIndex = args[i], i
+	if a.Command == "exec" {
+		return a, parseExec(&a, args, i+1)
+	}
 	if !a.Modifies() && !a.Restores() {
 		return a, nil
 	}

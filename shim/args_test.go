@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -47,12 +48,19 @@ func TestParseArgs(t *testing.T) {
 		{"empty pid-file", "create --pid-file= ctr", Args{Command: "create", ID: "ctr", HasPIDFile: true}},
 		{"double dash ends flags", "create -- -b", Args{Command: "create", ID: "-b"}},
 		{"delete is not parsed", "--root /r delete --force ctr", Args{Command: "delete", CommandIndex: 2}},
-		{"exec -b is not a bundle", "exec -b x ctr sh", Args{Command: "exec"}},
 		{"state", "--log /l --log-format text state ctr", Args{Command: "state", CommandIndex: 4, LogFile: "/l", LogFormat: "text"}},
 		{"unknown boolean global before subcommand", "--new-bool create -b /b ctr", Args{Command: "create", CommandIndex: 1, ID: "ctr", Bundle: "/b"}},
 		{"unknown valued global", "--new-flag val create -b /b ctr", Args{Command: "create", CommandIndex: 2, ID: "ctr", Bundle: "/b"}},
 		{"unknown inline global", "--new-flag=val create -b /b ctr", Args{Command: "create", CommandIndex: 1, ID: "ctr", Bundle: "/b"}},
 		{"global double dash", "-- create -b /b ctr", Args{Command: "create", CommandIndex: 1, ID: "ctr", Bundle: "/b"}},
+		// exec, as containerd's and Docker's runc shim writes it, and the
+		// argv form with --cap flags.
+		{"exec process file", "--root /r --log /l exec --process /p.json --detach --pid-file /x.pid ctr", Args{Command: "exec", CommandIndex: 4, ID: "ctr", LogFile: "/l",
+			Exec: ExecArgs{ProcessFile: "/p.json"}}},
+		{"exec argv", "exec -t --cap CAP_NET_RAW -c=NET_ADMIN --env A=b ctr /bin/sh -c x", Args{Command: "exec", ID: "ctr",
+			Exec: ExecArgs{Caps: []CapFlag{{Value: "CAP_NET_RAW", Index: 2, Span: 2}, {Value: "NET_ADMIN", Index: 4, Span: 1}}}}},
+		{"exec flags after the id are the command's", "exec ctr --process /p.json", Args{Command: "exec", ID: "ctr"}},
+		{"exec double dash", "exec -p=/p -- ctr sh", Args{Command: "exec", ID: "ctr", Exec: ExecArgs{ProcessFile: "/p"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +68,7 @@ func TestParseArgs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseArgs(%q): %v", tt.argv, err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("ParseArgs(%q) = %+v, want %+v", tt.argv, got, tt.want)
 			}
 		})
@@ -68,6 +76,13 @@ func TestParseArgs(t *testing.T) {
 }
 
 func TestParseArgsErrors(t *testing.T) {
+	// An exec flag the shim does not know could take the id as its value.
+	if _, err := ParseArgs([]string{"exec", "--new-flag", "x", "ctr"}); err == nil || !strings.Contains(err.Error(), "flag --new-flag is not one sforge-runtime knows") {
+		t.Fatalf("unknown exec flag: %v", err)
+	}
+	if _, err := ParseArgs([]string{"exec", "--process"}); err == nil || !strings.Contains(err.Error(), "--process needs a value") {
+		t.Fatalf("exec --process without a value: %v", err)
+	}
 	tests := []struct {
 		name string
 		argv string
@@ -123,6 +138,12 @@ func FuzzParseArgs(f *testing.F) {
 		// delete --force and inserts its --pid-file after the subcommand.
 		if a.Command != "" && (a.CommandIndex >= len(args) || args[a.CommandIndex] != a.Command) {
 			t.Fatalf("CommandIndex %d does not point at %q in %q", a.CommandIndex, a.Command, args)
+		}
+		// Every --cap flag's span is in the exec's flags, before the id.
+		for _, c := range a.Exec.Caps {
+			if c.Index <= a.CommandIndex || c.Index+c.Span > len(args) || !strings.Contains(strings.Join(args[c.Index:c.Index+c.Span], "="), c.Value) {
+				t.Fatalf("--cap %+v does not point into %q", c, args)
+			}
 		}
 	})
 }

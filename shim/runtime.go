@@ -1,13 +1,13 @@
 package shim
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
+	"os/exec"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Runtime is the low-level OCI runtime the shim hands the command line to.
@@ -16,13 +16,23 @@ type Runtime interface {
 	// called us then talks to runc directly (same pid, stdio, fds). It
 	// does not return on success.
 	Exec(args []string) error
-	// Run runs the runtime as the shim's child, as if it had been exec'd:
-	// same stdio, every descriptor the shim inherited, same environment
-	// and working directory. It returns the runtime's exit status (128+n
-	// for a signal n); the error is for a runtime that could not be
-	// started or waited for.
-	Run(args []string) (int, error)
+	// State is the runtime's `state` of container id (global are the
+	// runtime's global flags, --root and the like): the OCI state, or
+	// ErrNoContainer when the runtime knows no such container.
+	State(global []string, id string) (ContainerState, error)
 }
+
+// ContainerState is what the shim reads of the runtime's `state` output
+// (runtime-spec runtime.md#state).
+type ContainerState struct {
+	ID          string            `json:"id"`
+	Bundle      string            `json:"bundle"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ErrNoContainer is State's answer for a container the runtime does not
+// know.
+var ErrNoContainer = errors.New("no such container")
 
 // execRuntime runs the runtime binary at path.
 type execRuntime struct {
@@ -42,57 +52,22 @@ func (r execRuntime) Exec(args []string) error {
 	return nil
 }
 
-// Run forks and execs the runtime. Descriptors 0-2 are passed as they
-// are (a closed one stays closed); every other descriptor the shim
-// inherited stays open across the exec as well, because Go neither marks
-// inherited descriptors close-on-exec nor closes them when it starts a
-// child: that is how `--preserve-fds N` and socket-activation descriptors
-// reach runc unchanged. The shim's own descriptors are all close-on-exec.
-//
-// The child gets SIGKILL when the shim dies: whoever kills the shim (a
-// containerd timeout, say) kills runc with it, as it would have killed
-// runc itself had the shim exec'd.
-func (r execRuntime) Run(args []string) (int, error) {
-	// The parent-death signal fires when the forking thread exits: keep
-	// this goroutine on its thread until the child is waited for.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	files := make([]uintptr, 3)
-	for fd := range files {
-		files[fd] = uintptr(fd)
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-			files[fd] = ^uintptr(0) // closed: stays closed in the child
+// State runs `runtime <global> state <id>` as a child, its stdout read,
+// its stderr kept for the error.
+func (r execRuntime) State(global []string, id string) (ContainerState, error) {
+	cmd := exec.Command(r.path, append(append(global[:len(global):len(global)], "state"), id)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var st ContainerState
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && bytes.Contains(stderr.Bytes(), []byte("does not exist")) {
+			return st, ErrNoContainer
 		}
+		return st, fmt.Errorf("%s state %s: %v: %s", r.path, id, err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return 0, fmt.Errorf("failed to read the working directory: %w", err)
+	if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
+		return st, fmt.Errorf("%s state %s printed no state: %v", r.path, id, err)
 	}
-	argv := append([]string{r.path}, args...)
-	pid, err := syscall.ForkExec(r.path, argv, &syscall.ProcAttr{
-		Dir:   wd,
-		Env:   os.Environ(),
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("failed to start %s: %w", r.path, err)
-	}
-	var ws syscall.WaitStatus
-	for {
-		_, err = syscall.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("failed to wait for %s: %w", r.path, err)
-	}
-	switch {
-	case ws.Exited():
-		return ws.ExitStatus(), nil
-	case ws.Signaled():
-		return 128 + int(ws.Signal()), nil
-	}
-	return 0, fmt.Errorf("%s ended in an unexpected state %#x", r.path, uint32(ws))
+	return st, nil
 }

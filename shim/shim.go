@@ -21,8 +21,9 @@
 //     and fails the create when the hook fails.
 //
 // A namespace given by path outlives the container, so the shim also adds
-// sforge-hook as a poststop hook there, to remove the rules. Every other
-// subcommand execs straight through. The shim never writes to stdout.
+// sforge-hook as a poststop hook there, to remove the rules. An exec into
+// an isolated container is confined (exec.go). Every other subcommand
+// execs straight through. The shim never writes to stdout.
 package shim
 
 import (
@@ -40,6 +41,7 @@ import (
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
 	"github.com/sforge-dev/netiso/oci"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // Hook stages the shim adds, named as in the runtime-spec.
@@ -95,6 +97,13 @@ func (s *Shim) Run(args []string) error {
 			return err
 		}
 		return s.Runtime.Exec(args)
+	}
+	if a.Command == "exec" {
+		confined, err := s.confineExec(a, args)
+		if err != nil {
+			return err
+		}
+		return s.Runtime.Exec(confined)
 	}
 	if !a.Modifies() {
 		return s.Runtime.Exec(args)
@@ -221,6 +230,18 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 	}
 	if _, err := cfg.DropCapability(oci.CapNetRaw); err != nil {
 		return nil, fmt.Errorf("container %s: failed to drop %s: %w", a.ID, oci.CapNetRaw, err)
+	}
+	// The allowlist as an annotation too (it may have come in the
+	// environment): runc keeps annotations in its state, which is how an
+	// exec into the container is known to be one into an isolated one.
+	if _, ok := cfg.Spec.Annotations[policy.AnnotationKey]; !ok {
+		value, err := policy.Encode(d.Allow)
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", a.ID, err)
+		}
+		if err := cfg.SetAnnotation(policy.AnnotationKey, value); err != nil {
+			return nil, fmt.Errorf("container %s: %w", a.ID, err)
+		}
 	}
 	p := &plan{cfg: cfg, decision: d, begin: begin}
 	if makesNetNS(d) {

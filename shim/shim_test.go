@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,6 +103,13 @@ func (e *fakeEngine) Check(engine.Target, policy.Allowlist) error { return error
 // sleeping "container process" to its --pid-file, or fails with
 // $FAIL_CREATE as status; with fd 3 open it notes that in $REC/fd3.
 const fakeRuntime = `#!/bin/sh
+for a in "$@"; do
+  if [ -n "$STATE_MODE" ] && [ "$a" = state ]; then
+    (IFS='|'; echo "$*") >> "$REC/calls"
+    if [ -n "$STATE_JSON" ]; then echo "$STATE_JSON"; exit 0; fi
+    echo 'level=error msg="container does not exist"' >&2; exit 1
+  fi
+done
 : > "$REC/argv"
 for a in "$@"; do printf '%s\0' "$a" >> "$REC/argv"; done
 (IFS='|'; echo "$*") >> "$REC/calls"
@@ -236,7 +244,6 @@ func TestPassThroughUntouched(t *testing.T) {
 		{"delete", "--force", "ctr"},
 		{"state", "ctr"},
 		{"kill", "ctr", "9"},
-		{"exec", "--process", "/p.json", "-b", h.bundle, "ctr"},
 		{"ps", "--format", "json", "ctr"},
 		{"events", "--stats", "ctr"},
 		{"features"},
@@ -682,5 +689,90 @@ func TestRestore(t *testing.T) {
 	argv = []string{"restore", "--image-path", h.bundle, "-b", plain.bundle, "ctr"}
 	if r := plain.run(t, plain.dir, "", argv...); r.code != 0 || !slices.Equal(r.argv, argv) {
 		t.Fatalf("restore with another bundle: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// An exec into an isolated container (the runtime's state carries the
+// allowlist annotation) gets a process without CAP_NET_RAW, is refused
+// with one line when it would hold CAP_NET_ADMIN or CAP_SYS_ADMIN, and an
+// exec into any other container passes through untouched.
+func TestExec(t *testing.T) {
+	isolatedState := `{"ociVersion":"1.0.2","id":"ctr","status":"running","bundle":"/b","annotations":{"sforge.io/egress":"v1;tcp:198.51.100.10:8080"}}`
+	const withRaw = `{"args":["/bin/sh"],"cwd":"/","future":{"x":[1]},"capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW"],"effective":["CAP_NET_RAW"],"permitted":["CAP_NET_RAW"]}}`
+	for _, tc := range []struct {
+		name, state, process string
+		argv                 []string // "P" is the process file
+		wantArgv             []string // nil: refused
+		wantErr              string
+		wantProcess          string // the process file afterwards, "" unchanged
+	}{
+		{name: "not isolated", state: `{"id":"ctr","annotations":{}}`, process: withRaw,
+			argv: []string{"--root", "/r", "--log", "/l", "exec", "--process", "P", "-d", "ctr"}, wantArgv: []string{"--root", "/r", "--log", "/l", "exec", "--process", "P", "-d", "ctr"}},
+		{name: "no such container", process: withRaw, argv: []string{"exec", "-p", "P", "ctr"}, wantArgv: []string{"exec", "-p", "P", "ctr"}},
+		{name: "process file", state: isolatedState, process: withRaw,
+			argv: []string{"--root", "/r", "exec", "--process", "P", "--detach", "ctr"}, wantArgv: []string{"--root", "/r", "exec", "--process", "P", "--detach", "ctr"},
+			wantProcess: `{"args":["/bin/sh"],"cwd":"/","future":{"x":[1]},"capabilities":{"bounding":["CAP_CHOWN"],"effective":[],"permitted":[]}}`},
+		{name: "privileged", state: isolatedState, process: `{"args":["/bin/sh"],"capabilities":{"bounding":["CAP_NET_ADMIN","CAP_SYS_ADMIN"]}}`,
+			argv: []string{"exec", "--process", "P", "ctr"}, wantErr: "container ctr refused: the exec'd process holds CAP_NET_ADMIN (bounding) and CAP_SYS_ADMIN (bounding)"},
+		{name: "no capabilities", state: isolatedState, process: `{"args":["/bin/sh"]}`,
+			argv: []string{"exec", "--process", "P", "ctr"}, wantErr: "the exec'd process lists no capabilities"},
+		{name: "what runc reads otherwise", state: isolatedState, process: `{"args":["/bin/sh"],"capabilities":{"bounding":[],"Bounding":["CAP_NET_ADMIN"]}}`,
+			argv: []string{"exec", "--process", "P", "ctr"}, wantErr: `"Bounding" of the process.capabilities is "bounding" to runc`},
+		{name: "argv form", state: isolatedState,
+			argv: []string{"exec", "-t", "--cap", "CAP_NET_RAW", "-c=net_raw", "--cap", "CAP_CHOWN", "ctr", "/bin/sh"}, wantArgv: []string{"exec", "-t", "--cap", "CAP_CHOWN", "ctr", "/bin/sh"}},
+		{name: "argv form asking for NET_ADMIN", state: isolatedState, argv: []string{"exec", "--cap", "NET_ADMIN", "ctr", "/bin/sh"}, wantErr: "the exec asks for CAP_NET_ADMIN"},
+		{name: "state unreadable", state: `not json`, process: withRaw, argv: []string{"exec", "-p", "P", "ctr"}, wantErr: "cannot tell whether the container is isolated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "")
+			h.env = append(h.env, "STATE_MODE=1", "STATE_JSON="+tc.state)
+			pf := filepath.Join(h.dir, "process.json")
+			if tc.process != "" {
+				must(t, os.WriteFile(pf, []byte(tc.process), 0o600))
+			}
+			argv := slices.Clone(tc.argv)
+			want := slices.Clone(tc.wantArgv)
+			for _, l := range [][]string{argv, want} {
+				for i := range l {
+					if l[i] == "P" {
+						l[i] = pf
+					}
+				}
+			}
+			r := h.run(t, h.dir, "", argv...)
+			if tc.wantErr != "" {
+				if r.code == 0 || r.argv != nil || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.wantErr) {
+					t.Fatalf("exit %d, runtime argv %q, stderr %q; want a one-line refusal with %q", r.code, r.argv, r.stderr, tc.wantErr)
+				}
+				return
+			}
+			if r.code != 0 || !slices.Equal(r.argv, want) {
+				t.Fatalf("exit %d stderr %q, runtime argv %q, want %q", r.code, r.stderr, r.argv, want)
+			}
+			if tc.process != "" {
+				got, _ := os.ReadFile(pf)
+				if want := cmp.Or(tc.wantProcess, tc.process); string(got) != want {
+					t.Fatalf("process file\n%s\nwant\n%s", got, want)
+				}
+				if st, _ := os.Stat(pf); st.Mode().Perm() != 0o600 {
+					t.Fatalf("process file mode %v", st.Mode())
+				}
+			}
+		})
+	}
+}
+
+// The allowlist of a container isolated through its environment is
+// written as an annotation too: runc keeps annotations in the state an
+// exec is checked against.
+func TestIsolatedConfigCarriesAnnotation(t *testing.T) {
+	h := newHarness(t, `{"process":{"env":["SFORGE_EGRESS=v1;tcp:198.51.100.10:8080"],"capabilities":{}},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/x"}]}}`)
+	if r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr"); r.code != 0 {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	c, err := oci.ReadConfig(h.bundle)
+	must(t, err)
+	if got := c.Spec.Annotations["sforge.io/egress"]; got != "v1;tcp:198.51.100.10:8080" {
+		t.Fatalf("annotation %q", got)
 	}
 }

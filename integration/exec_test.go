@@ -1,0 +1,281 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testcontainerd"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testpodman"
+	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
+)
+
+// Every process that enters an isolated sandbox after its start is bound
+// like its first: the way eval harnesses run an agent's tool calls
+// (`docker exec`, docker-py's exec_run, `docker-compose exec`, `ctr task
+// exec`, `podman exec`) each run the hostile probe matrix, every escape
+// refused, and the exec'd process holds none of NET_RAW, NET_ADMIN,
+// SYS_ADMIN in any set; a privileged exec is refused with one line.
+
+// Capability numbers (linux/capability.h).
+const (
+	capNetAdmin = 12
+	capSysAdmin = 21
+)
+
+// requireNoForbiddenCaps checks every capability set in a
+// /proc/self/status.
+func requireNoForbiddenCaps(t *testing.T, status string) {
+	t.Helper()
+	n := 0
+	for _, set := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if !strings.Contains(status, set+":") {
+			continue
+		}
+		n++
+		for _, c := range []struct {
+			bit  uint
+			name string
+		}{{capNetRaw, "NET_RAW"}, {capNetAdmin, "NET_ADMIN"}, {capSysAdmin, "SYS_ADMIN"}} {
+			if capBit(t, status, set, c.bit) {
+				t.Errorf("the exec'd process holds CAP_%s in %s:\n%s", c.name, set, status)
+			}
+		}
+	}
+	if n != 5 {
+		t.Fatalf("no capability sets in the output:\n%s", status)
+	}
+}
+
+// execMatrix runs the matrix and reads the capability sets through one
+// way of entering a running container: enter(argv) runs argv in it.
+func execMatrix(t *testing.T, cfg string, enter func(argv ...string) (string, error)) {
+	t.Helper()
+	out, _ := enter("/sforge-probe", "matrix", "--config-json", cfg) // exits 1 on a leak: the verdicts decide
+	requireMatrixPass(t, out, append(matrixKinds, "neighbour-tcp")...)
+	status, err := enter("/bin/cat", "/proc/self/status")
+	if err != nil {
+		t.Fatalf("cat /proc/self/status: %v\n%s", err, status)
+	}
+	requireNoForbiddenCaps(t, status)
+}
+
+// TestExecDocker: a running isolated container on a private dockerd with
+// the runtime registered, entered by `docker exec` (as root and as a
+// user), docker-py's exec_run and `docker-compose exec`; and `docker exec
+// --privileged` refused.
+func TestExecDocker(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	python := testenv.RequireBinary(t, "/usr/bin/python3")
+	compose := testenv.RequireBinary(t, "docker-compose")
+	if err := exec.Command(python, "-c", "import docker").Run(); err != nil {
+		testenv.Require(t, false, "python3-docker (the Docker SDK for Python) is needed: "+err.Error())
+	}
+	const image = "sforge-test/matrix:1"
+	d := regDockerWithSforge(t, prefix, image)
+	d.MustDocker(t, "network", "create", "--ipv6", "--subnet", "192.0.2.0/24", "--subnet", "2001:db8:1::/64", "sfnet")
+	d.MustDocker(t, "run", "-d", "--name", "nb", "--network", "sfnet", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
+	nb4 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").IPAddress}}", "nb"))
+	nb6 := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \"sfnet\").GlobalIPv6Address}}", "nb"))
+	cfg := dockerMatrix(t, nb4, nb6)
+	// As compose files and the Docker SDK start containers: the runtime
+	// and the allowlist, no --cap-drop of the caller's.
+	const name = "isolated-long"
+	d.MustDocker(t, "run", "-d", "--name", name, "--network", "sfnet", "--runtime", "sforge", "-e", "SFORGE_EGRESS="+regAllowlist, image, "/bin/sleep", "600")
+	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", name) })
+	dockerExec := func(flags ...string) func(argv ...string) (string, error) {
+		return func(argv ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			return d.Docker(ctx, append(append(append([]string{"exec"}, flags...), name), argv...)...)
+		}
+	}
+
+	t.Run("docker exec", func(t *testing.T) { execMatrix(t, cfg, dockerExec()) })
+	t.Run("docker exec as a user", func(t *testing.T) { execMatrix(t, cfg, dockerExec("-u", "65534:65534")) })
+	t.Run("docker exec --privileged refused", func(t *testing.T) {
+		marker := "/tmp/ran-" + randSuffix()
+		out, err := dockerExec("--privileged")("/bin/touch", marker)
+		if err == nil || !strings.Contains(out, "the exec'd process holds CAP_NET_ADMIN") || !strings.Contains(out, "refused") {
+			t.Fatalf("docker exec --privileged: %v, want our one-line refusal:\n%s", err, out)
+		}
+		if out, err := dockerExec()("/bin/sh", "-c", "test ! -e "+marker); err != nil {
+			t.Fatalf("the privileged exec ran: %v %s", err, out)
+		}
+	})
+	t.Run("docker-py exec_run", func(t *testing.T) {
+		// What SWE-bench's harness does for every command.
+		const sdk = `import docker, sys
+c = docker.DockerClient(base_url=sys.argv[1]).containers.get(sys.argv[2])
+r = c.exec_run(sys.argv[3:])
+sys.stdout.write(r.output.decode())
+sys.exit(r.exit_code)`
+		execMatrix(t, cfg, func(argv ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, python, append([]string{"-c", sdk, d.Host, name}, argv...)...).CombinedOutput()
+			return string(out), err
+		})
+	})
+	t.Run("docker-compose exec", func(t *testing.T) {
+		// What Inspect AI's and Harbor's Docker sandboxes do: a compose
+		// project whose service runs isolated, entered by compose exec.
+		dir := t.TempDir()
+		file := filepath.Join(dir, "compose.yaml")
+		yaml := fmt.Sprintf(`version: "2.4"
+services:
+  agent:
+    image: %s
+    runtime: sforge
+    command: ["/bin/sleep", "600"]
+    environment:
+      SFORGE_EGRESS: "%s"
+networks:
+  default:
+    external: true
+    name: sfnet
+`, image, regAllowlist)
+		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, compose, append([]string{"-f", file, "-p", "sfexec"}, args...)...)
+			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := run("up", "-d"); err != nil {
+			t.Fatalf("docker-compose up: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { _, _ = run("down", "-t", "0") })
+		execMatrix(t, cfg, func(argv ...string) (string, error) { return run(append([]string{"exec", "-T", "agent"}, argv...)...) })
+	})
+	t.Run("plain container keeps what Docker grants", func(t *testing.T) {
+		// Without an allowlist the runtime leaves an exec alone: the
+		// harness is not broken.
+		const plain = "plain-long"
+		d.MustDocker(t, "run", "-d", "--name", plain, "--network", "sfnet", "--runtime", "sforge", image, "/bin/sleep", "600")
+		t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", plain) })
+		status := d.MustDocker(t, "exec", plain, "/bin/cat", "/proc/self/status")
+		if !capBit(t, status, "CapEff", capNetRaw) {
+			t.Fatalf("an exec into a container without an allowlist lost NET_RAW:\n%s", status)
+		}
+	})
+}
+
+// TestExecContainerd: `ctr task exec` into a running isolated task
+// (containerd 1.6, sforge-runtime as the runc binary).
+func TestExecContainerd(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	d := testcontainerd.Start(t)
+	regWorld(t, d.NetNS)
+	lan := regLAN(t, d.NetNS, 2)
+	ctrNS, nb := lan[0], lan[1]
+	regServeTCP(t, nb.NS, 9000)
+	cfg := dockerMatrix(t, nb.IPv4, nb.IPv6)
+	shim := filepath.Join(prefix, "bin", "sforge-runtime")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := d.Ctr(ctx, "run", "-d", "--rootfs", "--runc-binary", shim, "--with-ns", "network:"+ctrNS.NS.Path(),
+		"--annotation", policy.AnnotationAssignment(regAllowlist), regRootfs(t, prefix), "sfexec", "/bin/sleep", "600"); err != nil {
+		t.Fatalf("ctr run -d: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = d.Ctr(ctx, "tasks", "kill", "-s", "SIGKILL", "sfexec")
+		_, _ = d.Ctr(ctx, "tasks", "delete", "-f", "sfexec")
+		_, _ = d.Ctr(ctx, "containers", "delete", "sfexec")
+	})
+	n := 0
+	// The output goes to a file in the rootfs: ctr can lose the stdout of a
+	// process that exits within milliseconds, a file cannot be lost.
+	enter := func(argv ...string) (string, error) {
+		n++
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		file := fmt.Sprintf("/tmp/out-%d", n)
+		quoted := make([]string, len(argv))
+		for i, a := range argv {
+			quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		cmd := strings.Join(quoted, " ") + " >" + file + " 2>&1"
+		out, err := d.Ctr(ctx, "tasks", "exec", "--exec-id", fmt.Sprintf("e%d", n), "sfexec", "/bin/sh", "-c", cmd)
+		got, rerr := d.Ctr(ctx, "tasks", "exec", "--exec-id", fmt.Sprintf("r%d", n), "sfexec", "/bin/cat", file)
+		if rerr != nil {
+			return out + got, rerr
+		}
+		return got, err
+	}
+	execMatrix(t, cfg, enter)
+}
+
+// TestExecPodman: `podman exec` into a running isolated container, with
+// sforge-runtime as podman's runtime (the exec's process confined, a
+// privileged exec refused) and with the hooks.d files (no hook runs at an
+// exec: the process gets the container's capabilities, which the hook
+// required to be without NET_RAW, and `podman exec --privileged` all of
+// podman's; SECURITY.md says so).
+func TestExecPodman(t *testing.T) {
+	prefix := regBinaries(t)
+	regHostGuard(t)
+	hooks := filepath.Join(t.TempDir(), "hooks.d")
+	hookLog := filepath.Join(t.TempDir(), "hook.log")
+	if out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog); err != nil {
+		t.Fatalf("sforge install --podman: %v\n%s", err, out)
+	}
+	p := testpodman.New(t, testpodman.Options{HooksDir: hooks})
+	regWorld(t, p.NetNS)
+	const image = "localhost/sforge-test/matrix:1"
+	p.ImportImage(t, image, regRootfs(t, prefix))
+	p.MustPodman(t, "run", "-d", "--name", "nb", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
+	nb4 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "nb"))
+	nb6 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.GlobalIPv6Address}}", "nb"))
+	cfg := dockerMatrix(t, nb4, nb6)
+	podmanExec := func(name string, flags ...string) func(argv ...string) (string, error) {
+		return func(argv ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			return p.Podman(ctx, append(append(append([]string{"exec"}, flags...), name), argv...)...)
+		}
+	}
+
+	t.Run("sforge-runtime as podman's runtime", func(t *testing.T) {
+		wrapper := filepath.Join(t.TempDir(), "sforge-runtime")
+		runtimeWrapper(t, wrapper, filepath.Join(prefix, "bin", "sforge-runtime"), shim.ConfigEnv+"="+os.Getenv(shim.ConfigEnv))
+		// No --cap-drop: the runtime drops NET_RAW, for the exec too.
+		const name = "runtime-long"
+		p.MustPodman(t, "run", "-d", "--name", name, "--runtime", wrapper, "-e", policy.EnvVar+"="+regAllowlist, image, "/bin/sleep", "600")
+		t.Cleanup(func() { _, _ = p.Podman(context.Background(), "rm", "-f", "-t", "0", name) })
+		execMatrix(t, cfg, podmanExec(name))
+		out, err := podmanExec(name, "--privileged")("/bin/true")
+		if err == nil || !strings.Contains(out, "the exec'd process holds CAP_NET_ADMIN") {
+			t.Fatalf("podman exec --privileged: %v, want our refusal:\n%s", err, out)
+		}
+	})
+	t.Run("hooks.d", func(t *testing.T) {
+		const name = "hooks-long"
+		p.MustPodman(t, "run", "-d", "--name", name, "--annotation", policy.AnnotationAssignment(regAllowlist), "--cap-drop", "NET_RAW", image, "/bin/sleep", "600")
+		t.Cleanup(func() { _, _ = p.Podman(context.Background(), "rm", "-f", "-t", "0", name) })
+		execMatrix(t, cfg, podmanExec(name))
+		status, err := podmanExec(name, "--privileged")("/bin/cat", "/proc/self/status")
+		if err != nil {
+			t.Fatalf("podman exec --privileged: %v\n%s", err, status)
+		}
+		// No hook runs at an exec, so nothing of sforge's can refuse this:
+		// what SECURITY.md tells podman users who give agents --privileged
+		// execs.
+		t.Logf("podman exec --privileged under hooks.d holds NET_ADMIN: %v", capBit(t, status, "CapEff", capNetAdmin))
+	})
+}

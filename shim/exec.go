@@ -1,0 +1,93 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sforge-dev/netiso/oci"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// A process started in a running container (`runc exec`: docker exec,
+// docker-py exec_run, compose exec, ctr task exec, podman exec) is bound
+// by the rules of the container's network namespace, but not by the
+// capabilities the shim dropped from config.json: the engine builds the
+// exec's process itself (Docker from the capabilities it believes the
+// container has, NET_RAW among them). So an exec into an isolated
+// container gets a process without CAP_NET_RAW in any set, and one that
+// would hold CAP_NET_ADMIN or CAP_SYS_ADMIN (a privileged exec) is refused.
+// The container is isolated when the runtime's state of it carries the
+// allowlist annotation, which the shim writes into config.json of every
+// container it isolates.
+
+// confineExec returns the command line to exec for a `runc exec`: args
+// unchanged for a container that is not isolated, or the process confined.
+func (s *Shim) confineExec(a Args, args []string) ([]string, error) {
+	if a.ID == "" {
+		return args, nil // runc reports the missing id
+	}
+	st, err := s.Runtime.State(stateGlobals(args[:a.CommandIndex]), a.ID)
+	switch {
+	case errors.Is(err, ErrNoContainer):
+		return args, nil // runc reports it
+	case err != nil:
+		return nil, &RefusedError{ID: a.ID, Cause: "cannot tell whether the container is isolated: " + err.Error(),
+			Fix: "the exec was not started; check the runtime with `sforge doctor`"}
+	}
+	if _, isolated := st.Annotations[policy.AnnotationKey]; !isolated {
+		return args, nil
+	}
+	if f := a.Exec.ProcessFile; f != "" {
+		p, err := oci.ReadProcessFile(f)
+		if err != nil {
+			return nil, &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "the exec was not started"}
+		}
+		if err := oci.DecideExec(a.ID, p.Process, true); err != nil {
+			return nil, err
+		}
+		dropped := p.DropCapability(oci.CapNetRaw)
+		if err := p.Write(); err != nil {
+			return nil, fmt.Errorf("container %s: %w", a.ID, err)
+		}
+		if s.Log != nil {
+			s.Log.Infof("container %s: exec confined (process file, %s dropped: %v)", a.ID, oci.CapNetRaw, dropped)
+		}
+		return args, nil
+	}
+	// The argv form: config.json's process (CAP_NET_RAW dropped at
+	// create) with the --cap flags added.
+	out := slices.Clone(args)
+	for i := len(a.Exec.Caps) - 1; i >= 0; i-- {
+		c := a.Exec.Caps[i]
+		switch oci.CanonicalCap(c.Value) {
+		case oci.CapNetAdmin, oci.CapSysAdmin:
+			return nil, &RefusedError{ID: a.ID, Cause: fmt.Sprintf("the exec asks for %s, with which it could remove or bypass the egress rules", oci.CanonicalCap(c.Value)),
+				Fix: "run it without --cap " + c.Value}
+		case oci.CapNetRaw:
+			out = slices.Delete(out, c.Index, c.Index+c.Span)
+		}
+	}
+	if s.Log != nil {
+		s.Log.Infof("container %s: exec confined (argv, %s dropped)", a.ID, oci.CapNetRaw)
+	}
+	return out, nil
+}
+
+// stateGlobals are the runtime's global flags for a `state` call: the
+// caller's (--root, --systemd-cgroup, ...) but its log, so that the state
+// call's errors come back on stderr instead of the engine's log.
+func stateGlobals(global []string) []string {
+	var out []string
+	for i := 0; i < len(global); i++ {
+		name, _, inline, ok := flagName(global[i])
+		if ok && (name == "log" || name == "log-format") {
+			if !inline {
+				i++
+			}
+			continue
+		}
+		out = append(out, global[i])
+	}
+	return out
+}
