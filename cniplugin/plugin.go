@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -16,12 +17,21 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// PodLookup reads a Pod's annotations from the API server, for runtimes
-// that do not pass them as a capability. It must verify the Pod's UID when
-// one is given, so that a Pod recreated under the same name cannot lend
-// its annotations to another.
+// PodLookup reads a Pod from the API server: its annotations, for runtimes
+// that do not pass them as a capability, and which of its containers keep
+// NET_RAW. It must verify the Pod's UID when one is given, so that a Pod
+// recreated under the same name cannot lend its spec to another.
 type PodLookup interface {
-	Annotations(ctx context.Context, kubeconfig, namespace, name, uid string) (map[string]string, error)
+	Pod(ctx context.Context, kubeconfig, namespace, name, uid string) (PodInfo, error)
+}
+
+// PodInfo is what the plugin reads of a Pod.
+type PodInfo struct {
+	Annotations map[string]string
+	// NetRawKeepers are its containers (init and ephemeral ones included)
+	// that do not drop NET_RAW (or ALL), which container runtimes grant
+	// by default.
+	NetRawKeepers []string
 }
 
 // EventRecorder records the Event that tells `sforge verify` the plugin
@@ -182,11 +192,17 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // allowlist finds the Pod's allowlist: the pod-annotations capability
 // first, else the API server when configured; read and decoded by
 // policy.Find, as the runtime wrapper and the hook read a container's.
+// Where the netconf gives it the API server, an isolated Pod whose
+// containers keep NET_RAW is refused (raw and packet sockets bypass the
+// rules), so that a node fails closed without the admission policy too.
 // DNS resolvers from the dns capability are added, since Kubernetes Pods
 // resolve names through it.
 func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist, bool, error) {
 	ann := conf.RuntimeConfig.PodAnnotations
-	if _, found := ann[policy.AnnotationKey]; !found && ann == nil && conf.Kubeconfig != "" && p.Pods != nil {
+	_, annotated := ann[policy.AnnotationKey]
+	readPod := conf.Kubeconfig != "" && p.Pods != nil && (annotated || ann == nil)
+	var info PodInfo
+	if readPod {
 		k, err := ParseK8sArgs(args.Args)
 		if err != nil {
 			return policy.Allowlist{}, false, err
@@ -194,8 +210,11 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 		if k.K8S_POD_NAME != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), p.apiTimeout())
 			defer cancel()
-			if ann, err = p.Pods.Annotations(ctx, conf.Kubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID)); err != nil {
-				return policy.Allowlist{}, false, fmt.Errorf("sforge-cni: failed to read the annotations of pod %s/%s: %w", k.K8S_POD_NAMESPACE, k.K8S_POD_NAME, err)
+			if info, err = p.Pods.Pod(ctx, conf.Kubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID)); err != nil {
+				return policy.Allowlist{}, false, fmt.Errorf("sforge-cni: failed to read pod %s/%s: %w", k.K8S_POD_NAMESPACE, k.K8S_POD_NAME, err)
+			}
+			if ann == nil {
+				ann = info.Annotations
 			}
 		}
 	}
@@ -203,10 +222,15 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 	if err != nil {
 		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s: %w", podName(args), err)
 	}
-	if found {
-		a.DNS = append(a.DNS, conf.dnsServers()...)
+	if !found {
+		return a, false, nil
 	}
-	return a, found, nil
+	if len(info.NetRawKeepers) > 0 {
+		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s refused: container(s) %s keep NET_RAW, with which raw and packet sockets bypass the egress rules; add NET_RAW to securityContext.capabilities.drop",
+			podName(args), strings.Join(info.NetRawKeepers, ", "))
+	}
+	a.DNS = append(a.DNS, conf.dnsServers()...)
+	return a, true, nil
 }
 
 // recordEnforced records the enforcement Event when the netconf asks for

@@ -55,14 +55,15 @@ func (f *fakeEngine) Check(t engine.Target, a policy.Allowlist) error {
 }
 
 type fakePods struct {
-	ann   map[string]string
-	err   error
-	calls []string
+	ann     map[string]string
+	keepers []string
+	err     error
+	calls   []string
 }
 
-func (f *fakePods) Annotations(_ context.Context, kubeconfig, ns, name, uid string) (map[string]string, error) {
+func (f *fakePods) Pod(_ context.Context, kubeconfig, ns, name, uid string) (PodInfo, error) {
 	f.calls = append(f.calls, strings.Join([]string{kubeconfig, ns, name, uid}, " "))
-	return f.ann, f.err
+	return PodInfo{Annotations: f.ann, NetRawKeepers: f.keepers}, f.err
 }
 
 const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.244.0.5/24","gateway":"10.244.0.1","interface":0}]}`
@@ -162,7 +163,7 @@ func TestAddErrors(t *testing.T) {
 			p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("no iptables") }
 		}, want: "failed to select rule engine: no iptables", noCall: true},
 		{name: "bad engine name", conf: map[string]any{"engine": "pf"}, want: `netconf field "engine": unknown engine "pf" (allowed: auto, nftables`, noCall: true},
-		{name: "api error", conf: map[string]any{"kubeconfig": "/etc/k"}, setup: func(_ *fakeEngine, f *fakePods, _ *Plugin) { f.err = errors.New("pod UID mismatch") }, want: "failed to read the annotations of pod default/agent-1: pod UID mismatch", noCall: true},
+		{name: "api error", conf: map[string]any{"kubeconfig": "/etc/k"}, setup: func(_ *fakeEngine, f *fakePods, _ *Plugin) { f.err = errors.New("pod UID mismatch") }, want: "failed to read pod default/agent-1: pod UID mismatch", noCall: true},
 		{name: "bad json", conf: map[string]any{"runtimeConfig": "nope"}, want: "failed to parse netconf", noCall: true},
 	}
 	for _, tt := range tests {
@@ -309,5 +310,40 @@ func TestAddLogEnv(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), "ADD container=sandbox1") {
 		t.Fatalf("log at $%s: %q, %v", LogEnv, b, err)
+	}
+}
+
+// Where the netconf gives it the API server, an isolated Pod whose
+// containers keep NET_RAW is refused at ADD, naming them and the fix;
+// the same Pod dropping it is isolated.
+func TestAddRefusesPodKeepingNetRaw(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		conf map[string]any
+	}{
+		{"annotations from the capability", annotations("v1;tcp:10.0.0.12:8080")},
+		{"annotations from the API", map[string]any{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, eng, pods, _ := newTestPlugin()
+			pods.ann = map[string]string{policy.AnnotationKey: "v1;tcp:10.0.0.12:8080"}
+			pods.keepers = []string{"agent", "debug"}
+			tc.conf["kubeconfig"] = "/etc/k"
+			err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, tc.conf)))
+			if err == nil || !strings.Contains(err.Error(), "pod default/agent-1 refused: container(s) agent, debug keep NET_RAW") ||
+				!strings.Contains(err.Error(), "securityContext.capabilities.drop") {
+				t.Fatalf("Add error %v, want the NET_RAW refusal", err)
+			}
+			if len(eng.calls) != 0 {
+				t.Fatalf("engine called: %v", eng.calls)
+			}
+			pods.keepers = nil
+			if err := p.Add(cmdArgs("/var/run/netns/x", netconf(t, tc.conf))); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := eng.installed["sandbox1"]; !ok {
+				t.Fatal("rules not installed")
+			}
+		})
 	}
 }

@@ -361,6 +361,9 @@ func testAdmission(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
 		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: add}}
 	}
+	drops := func(drop ...corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: drop}}
+	}
 	unannotated := func(p *corev1.Pod) *corev1.Pod { p.Annotations = nil; return p }
 	tests := []struct {
 		name     string
@@ -380,7 +383,18 @@ func testAdmission(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 		{"privileged", withSC(workPod("privileged", allow), &corev1.SecurityContext{Privileged: new(true)}), admission.RuleNoPrivileged, "container(s) agent "},
 		{"host-network", func() *corev1.Pod { p := workPod("host-network", allow); p.Spec.HostNetwork = true; return p }(), admission.RuleNoHostNetwork, "remove spec.hostNetwork"},
 		{"clean isolated pod", workPod("clean", allow), "", ""},
-		{"harmless caps", withSC(workPod("chown", allow), caps("CHOWN")), "", ""},
+		{"harmless caps", withSC(workPod("chown", allow), &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"CHOWN"}, Drop: []corev1.Capability{"NET_RAW"}}}), "", ""},
+		// Container runtimes grant NET_RAW unless it is dropped: a Pod as
+		// a harness creates it, without any securityContext, keeps it.
+		{"no securityContext", withSC(workPod("no-sc", allow), nil), admission.RuleDropNetRaw, `container(s) agent `},
+		{"drops something else", withSC(workPod("drops-chown", allow), drops("CHOWN")), admission.RuleDropNetRaw, `drop: ["NET_RAW"]`},
+		{"drops ALL", withSC(workPod("drops-all", allow), drops("ALL")), "", ""},
+		{"drops cap_net_raw", withSC(workPod("drops-lower", allow), drops("cap_net_raw")), "", ""},
+		{"init container keeps NET_RAW", func() *corev1.Pod {
+			p := workPod("init-raw", allow)
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "sforge.invalid/agent:1"}}
+			return p
+		}(), admission.RuleDropNetRaw, "container(s) setup "},
 		{"net-admin without annotation", unannotated(withSC(workPod("plain-net-admin", allow), caps("NET_ADMIN"))), "", ""},
 		{"host-network without annotation", func() *corev1.Pod {
 			p := unannotated(workPod("plain-host-network", allow))
@@ -424,6 +438,56 @@ func testAdmission(t *testing.T, c *testk8s.Cluster, cs kubernetes.Interface) {
 		_, err = cs.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{})
 		if err == nil || !strings.Contains(err.Error(), "sforge rule "+admission.RuleNoNetAdmin+": container(s) debug ") {
 			t.Errorf("kubectl-debug style NET_ADMIN container: %v, want refused by %s", err, admission.RuleNoNetAdmin)
+		}
+		// kubectl debug's default: no securityContext, so NET_RAW kept.
+		pod.Spec.EphemeralContainers[0].SecurityContext = nil
+		_, err = cs.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "sforge rule "+admission.RuleDropNetRaw+": container(s) debug ") {
+			t.Errorf("ephemeral container keeping NET_RAW: %v, want refused by %s", err, admission.RuleDropNetRaw)
+		}
+		pod.Spec.EphemeralContainers[0].SecurityContext = drops("NET_RAW")
+		if _, err = cs.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("ephemeral container dropping NET_RAW refused: %v", err)
+		}
+	})
+	// The annotation is fixed at creation: sforge-cni installed the Pod's
+	// rules from it when the Pod started.
+	t.Run("annotation updates", func(t *testing.T) {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, unannotated(workPod("plain-clean", allow)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name, pod string
+			edit      func(map[string]string) map[string]string
+		}{
+			{"removed", "clean", func(map[string]string) map[string]string { return nil }},
+			{"changed", "clean", func(a map[string]string) map[string]string { a[policy.AnnotationKey] = "v1;tcp:10.0.0.99:80"; return a }},
+			{"added", "plain-clean", func(a map[string]string) map[string]string {
+				if a == nil {
+					a = map[string]string{}
+				}
+				a[policy.AnnotationKey] = allow
+				return a
+			}},
+		} {
+			pod, err := cs.CoreV1().Pods(ns).Get(ctx, tc.pod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod.Annotations = tc.edit(pod.Annotations)
+			_, err = cs.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
+			if err == nil || !strings.Contains(err.Error(), "sforge rule "+admission.RuleKeepAnnotation+":") {
+				t.Errorf("annotation %s: %v, want refused by %s", tc.name, err, admission.RuleKeepAnnotation)
+			}
+		}
+		// Other updates of an isolated Pod go through.
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "clean", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Labels["extra"] = "1"
+		if _, err := cs.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("a label update of an isolated Pod: %v", err)
 		}
 	})
 

@@ -408,6 +408,14 @@ func testNodeAdmission(t *testing.T, c *testcluster.Cluster, ns string) {
 		t.Errorf("refused, but not by sforge's policy: %v", err)
 	}
 	t.Logf("refused: %v", err)
+	// A Pod as a harness writes it, without any securityContext, keeps
+	// NET_RAW (containerd grants it): refused too.
+	bare := probePod(ns, "bare", map[string]string{policy.AnnotationKey: allow})
+	bare.Spec.NodeName = c.NodeName
+	bare.Spec.Containers[0].SecurityContext = nil
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, bare, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "sforge rule "+admission.RuleDropNetRaw) {
+		t.Errorf("an isolated Pod without a securityContext: %v, want refused by %s", err, admission.RuleDropNetRaw)
+	}
 
 	// The same Pod without NET_ADMIN is admitted and runs isolated.
 	good := probePod(ns, "admitted", map[string]string{policy.AnnotationKey: allow})

@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,25 +38,52 @@ func (e *UIDMismatchError) Error() string {
 	return fmt.Sprintf("pod %s/%s has UID %s, but the runtime is setting up UID %s: refusing to use another Pod's annotations", e.Namespace, e.Name, e.Got, e.Want)
 }
 
-// Annotations fetches the Pod and returns its annotations, after checking
-// its UID when one is given.
-func (Lookup) Annotations(ctx context.Context, kubeconfig, namespace, name, uid string) (map[string]string, error) {
+// Pod fetches the Pod, after checking its UID when one is given, and
+// returns its annotations and the containers that keep NET_RAW.
+func (Lookup) Pod(ctx context.Context, kubeconfig, namespace, name, uid string) (cniplugin.PodInfo, error) {
+	var info cniplugin.PodInfo
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("failed to load kubeconfig %s: %w", kubeconfig, err)
+		return info, fmt.Errorf("failed to load kubeconfig %s: %w", kubeconfig, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("failed to create Kubernetes client: %w", err)
+		return info, fmt.Errorf("failed to create Kubernetes client: %w", err)
 	}
 	pod, err := cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("failed to get pod %s/%s: %w", namespace, name, err)
+		return info, fmt.Errorf("failed to get pod %s/%s: %w", namespace, name, err)
 	}
 	if uid != "" && pod.UID != types.UID(uid) {
-		return nil, &UIDMismatchError{Namespace: namespace, Name: name, Want: uid, Got: string(pod.UID)}
+		return info, &UIDMismatchError{Namespace: namespace, Name: name, Want: uid, Got: string(pod.UID)}
 	}
-	return pod.Annotations, nil
+	return cniplugin.PodInfo{Annotations: pod.Annotations, NetRawKeepers: NetRawKeepers(pod)}, nil
+}
+
+// NetRawKeepers are the Pod's containers, init and ephemeral ones
+// included, that do not drop NET_RAW (or ALL), the admission policy's
+// drop-net-raw rule.
+func NetRawKeepers(pod *corev1.Pod) []string {
+	var keepers []string
+	check := func(name string, sc *corev1.SecurityContext) {
+		if sc != nil && sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Drop, func(c corev1.Capability) bool {
+			d := strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
+			return d == "NET_RAW" || d == "ALL"
+		}) {
+			return
+		}
+		keepers = append(keepers, name)
+	}
+	for _, c := range pod.Spec.Containers {
+		check(c.Name, c.SecurityContext)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		check(c.Name, c.SecurityContext)
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		check(c.Name, c.SecurityContext)
+	}
+	return keepers
 }
 
 // Events implements cniplugin.EventRecorder with client-go.

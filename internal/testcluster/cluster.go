@@ -137,6 +137,10 @@ type Options struct {
 	// eventKubeconfig, so that it records its enforcement Event on each
 	// isolated Pod (what `sforge verify --backend k8s` reads).
 	SforgeCNIEvents bool
+	// SforgeCNIKubeconfig gives sforge-cni a kubeconfig that may read
+	// Pods ("kubeconfig" in its entry): it then refuses isolated Pods
+	// whose containers keep NET_RAW.
+	SforgeCNIKubeconfig bool
 	// Probe is the static sforge-probe binary put at ProbePath in
 	// ProbeImage. Empty: no probe image.
 	Probe string
@@ -580,6 +584,11 @@ func (c *Cluster) chainSforgeCNI() error {
 	if err := installSforgeCNI(c.opts.Sforge, c.opts.SforgeCNI, filepath.Join(c.Dir, "sforge"), c.CNIBinDir, conflist, c.CNILog, events); err != nil {
 		return err
 	}
+	if c.opts.SforgeCNIKubeconfig {
+		if err := setSforgeCNIMember(conflist, "kubeconfig", c.Control.Kubeconfig(testk8s.Admin)); err != nil {
+			return err
+		}
+	}
 	if c.opts.CaptureCNI {
 		return c.wrapSforgeCNI()
 	}
@@ -612,6 +621,14 @@ func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile, events 
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("sforge install --cni: %w: %s", err, bytes.TrimSpace(out))
 	}
+	if err := setSforgeCNIMember(conflist, "logFile", logFile); err != nil {
+		return fmt.Errorf("sforge install --cni: %w", err)
+	}
+	return nil
+}
+
+// setSforgeCNIMember sets a member of the sforge-cni entry of conflist.
+func setSforgeCNIMember(conflist, key string, value any) error {
 	var list map[string]any
 	raw, err := os.ReadFile(conflist)
 	if err != nil {
@@ -621,17 +638,13 @@ func installSforgeCNI(sforge, plugin, prefix, binDir, conflist, logFile, events 
 		return fmt.Errorf("failed to parse %s: %w", conflist, err)
 	}
 	plugins, _ := list["plugins"].([]any)
-	found := false
 	for _, p := range plugins {
 		if m, ok := p.(map[string]any); ok && m["type"] == "sforge-cni" {
-			m["logFile"] = logFile
-			found = true
+			m[key] = value
+			return writeJSON(conflist, list)
 		}
 	}
-	if !found {
-		return fmt.Errorf("sforge install --cni left no sforge-cni entry in %s", conflist)
-	}
-	return writeJSON(conflist, list)
+	return fmt.Errorf("no sforge-cni entry in %s", conflist)
 }
 
 // wrapSforgeCNI puts the capture script in front of the installed plugin.

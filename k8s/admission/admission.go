@@ -1,7 +1,8 @@
 // Package admission ships sforge's ValidatingAdmissionPolicy: Pods carrying
 // the sforge.io/egress annotation are refused by the API server when a
-// container adds NET_ADMIN, NET_RAW or SYS_ADMIN, is privileged, or the Pod
-// uses hostNetwork. The chained CNI plugin enforces the allowlist inside
+// container adds NET_ADMIN, NET_RAW or SYS_ADMIN, keeps NET_RAW (does not
+// drop it), is privileged, or the Pod uses hostNetwork; and the annotation
+// cannot be added, changed or removed once the Pod exists. The chained CNI plugin enforces the allowlist inside
 // the Pod's network namespace but cannot see container capabilities; this
 // policy closes that side. It is CEL evaluated inside the API server
 // (ValidatingAdmissionPolicy, GA and on by default since Kubernetes 1.30):
@@ -36,9 +37,11 @@ const Name = "sforge-egress-isolation"
 
 // The rule names the policy's messages start with ("sforge rule <name>:").
 const (
-	RuleNoHostNetwork = "no-host-network"
-	RuleNoNetAdmin    = "no-net-admin"
-	RuleNoPrivileged  = "no-privileged"
+	RuleNoHostNetwork  = "no-host-network"
+	RuleNoNetAdmin     = "no-net-admin"
+	RuleNoPrivileged   = "no-privileged"
+	RuleDropNetRaw     = "drop-net-raw"
+	RuleKeepAnnotation = "keep-annotation"
 )
 
 //go:embed policy.yaml
