@@ -27,7 +27,7 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// Engine benchmarks (issue 9). Each runs its contenders interleaved, round
+// Engine benchmarks. Each runs its contenders interleaved, round
 // by round, in the same namespace, so drift on this shared 2-core machine
 // hits all of them alike; medians and 95th percentiles over the rounds.
 // SFORGE_BENCH_ROUNDS overrides the number of rounds.

@@ -22,7 +22,7 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// Hook benchmarks (issue 3): whole operations as a container runtime pays
+// Hook benchmarks: whole operations as a container runtime pays
 // for them, processes included, the contenders interleaved round by round
 // with the starting one rotated, medians and 95th percentiles over the
 // rounds, ratios to the baseline of the same run. SFORGE_BENCH_ROUNDS

@@ -39,7 +39,7 @@ type engineSuite struct {
 	// ruleCount returns the number of rules holding the target's policy.
 	ruleCount func(t *testing.T, n ns.NetNS, id string) int
 	// setBased: the allowlist lives in a set, so the rule count does not
-	// grow with the list (issue 9); otherwise one rule per entry.
+	// grow with the list; otherwise one rule per entry.
 	setBased bool
 }
 

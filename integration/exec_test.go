@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sforge-dev/netiso/internal/testcontainerd"
 	"github.com/sforge-dev/netiso/internal/testenv"
-	"github.com/sforge-dev/netiso/internal/testpodman"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -176,13 +174,7 @@ networks:
 // TestExecContainerd: `ctr task exec` into a running isolated task
 // (containerd 1.6, sforge-runtime as the runc binary).
 func TestExecContainerd(t *testing.T) {
-	prefix := regBinaries(t)
-	regHostGuard(t)
-	d := testcontainerd.Start(t)
-	regWorld(t, d.NetNS)
-	lan := regLAN(t, d.NetNS, 2)
-	ctrNS, nb := lan[0], lan[1]
-	regServeTCP(t, nb.NS, 9000)
+	prefix, d, ctrNS, nb := containerdWithWorld(t)
 	cfg := dockerMatrix(t, nb.IPv4, nb.IPv6)
 	shim := filepath.Join(prefix, "bin", "sforge-runtime")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -228,21 +220,8 @@ func TestExecContainerd(t *testing.T) {
 // required to be without NET_RAW, and `podman exec --privileged` all of
 // podman's; SECURITY.md says so).
 func TestExecPodman(t *testing.T) {
+	p, image, cfg, _, _ := podmanMatrix(t)
 	prefix := regBinaries(t)
-	regHostGuard(t)
-	hooks := filepath.Join(t.TempDir(), "hooks.d")
-	hookLog := filepath.Join(t.TempDir(), "hook.log")
-	if out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog); err != nil {
-		t.Fatalf("sforge install --podman: %v\n%s", err, out)
-	}
-	p := testpodman.New(t, testpodman.Options{HooksDir: hooks})
-	regWorld(t, p.NetNS)
-	const image = "localhost/sforge-test/matrix:1"
-	p.ImportImage(t, image, regRootfs(t, prefix))
-	p.MustPodman(t, "run", "-d", "--name", "nb", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
-	nb4 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "nb"))
-	nb6 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.GlobalIPv6Address}}", "nb"))
-	cfg := dockerMatrix(t, nb4, nb6)
 	podmanExec := func(name string, flags ...string) func(argv ...string) (string, error) {
 		return func(argv ...string) (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

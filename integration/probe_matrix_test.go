@@ -207,9 +207,11 @@ func TestProbeMatrixDocker(t *testing.T) {
 	})
 }
 
-// TestProbeMatrixPodman: podman 4.3 with the hooks.d files of `sforge
-// install --podman`, the allowlist as an annotation, NET_RAW dropped.
-func TestProbeMatrixPodman(t *testing.T) {
+// podmanMatrix is a private podman with the hooks.d files of `sforge
+// install --podman`, the world and a neighbour, the matrix image, and the
+// matrix's config for its containers.
+func podmanMatrix(t *testing.T) (p *testpodman.Podman, image, cfg, nb4, nb6 string) {
+	t.Helper()
 	prefix := regBinaries(t)
 	regHostGuard(t)
 	hooks := t.TempDir() + "/hooks.d"
@@ -217,14 +219,20 @@ func TestProbeMatrixPodman(t *testing.T) {
 	if out, err := regSforge(t, prefix, nil, "install", "--podman", "--hooks-dir", hooks, "--prefix", prefix, "--hook-log", hookLog); err != nil {
 		t.Fatalf("sforge install --podman: %v\n%s", err, out)
 	}
-	p := testpodman.New(t, testpodman.Options{HooksDir: hooks})
+	p = testpodman.New(t, testpodman.Options{HooksDir: hooks})
 	regWorld(t, p.NetNS)
-	const image = "localhost/sforge-test/matrix:1"
+	image = "localhost/sforge-test/matrix:1"
 	p.ImportImage(t, image, regRootfs(t, prefix))
 	p.MustPodman(t, "run", "-d", "--name", "nb", image, "/bin/httpd", "-f", "-p", "9000", "-h", "/")
-	nb4 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "nb"))
-	nb6 := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.GlobalIPv6Address}}", "nb"))
-	cfg := dockerMatrix(t, nb4, nb6)
+	nb4 = strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", "nb"))
+	nb6 = strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.NetworkSettings.GlobalIPv6Address}}", "nb"))
+	return p, image, dockerMatrix(t, nb4, nb6), nb4, nb6
+}
+
+// TestProbeMatrixPodman: podman 4.3 with the hooks.d files of `sforge
+// install --podman`, the allowlist as an annotation, NET_RAW dropped.
+func TestProbeMatrixPodman(t *testing.T) {
+	p, image, cfg, nb4, nb6 := podmanMatrix(t)
 
 	t.Run("open", func(t *testing.T) {
 		out, _ := p.Podman(t.Context(), "run", "--rm", image, "/sforge-probe", "matrix", "--config-json", cfg)

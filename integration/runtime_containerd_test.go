@@ -13,6 +13,21 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
+// containerdWithWorld is a private containerd with the world in its
+// namespace, a LAN member for the containers' network (ctrNS) and a
+// neighbour serving TCP 9000 (nb); prefix holds the built binaries.
+func containerdWithWorld(t *testing.T) (prefix string, d *testcontainerd.Daemon, ctrNS, nb regLANMember) {
+	t.Helper()
+	prefix = regBinaries(t)
+	regHostGuard(t)
+	d = testcontainerd.Start(t)
+	regWorld(t, d.NetNS)
+	lan := regLAN(t, d.NetNS, 2)
+	ctrNS, nb = lan[0], lan[1]
+	regServeTCP(t, nb.NS, 9000)
+	return prefix, d, ctrNS, nb
+}
+
 // TestRuntimeContainerd is the containerd acceptance: a private containerd
 // and `ctr run --runc-binary <sforge-runtime>` (the BinaryName `sforge
 // install --containerd` registers) with the allowlist annotation, in a
@@ -26,13 +41,7 @@ import (
 // NET_ADMIN, --privileged and --net-host each fail `ctr run` before the
 // process runs.
 func TestRuntimeContainerd(t *testing.T) {
-	prefix := regBinaries(t)
-	regHostGuard(t)
-	d := testcontainerd.Start(t)
-	regWorld(t, d.NetNS)
-	lan := regLAN(t, d.NetNS, 2)
-	ctrNS, nb := lan[0], lan[1]
-	regServeTCP(t, nb.NS, 9000)
+	prefix, d, ctrNS, nb := containerdWithWorld(t)
 	rootfs := regRootfs(t, prefix)
 	shim := filepath.Join(prefix, "bin", "sforge-runtime")
 

@@ -69,7 +69,7 @@ func regBinaries(t *testing.T) string {
 		}
 		regRoot = root
 		if _, err := os.Stat(filepath.Join(root, "cmd", "sforge-probe")); err != nil {
-			regBuildErr = fmt.Errorf("cmd/sforge-probe is missing (it comes with the hook issue): %w", err)
+			regBuildErr = fmt.Errorf("cmd/sforge-probe is missing: %w", err)
 			return
 		}
 		for _, pkg := range []string{"./cmd/sforge", "./cmd/sforge-runtime", "./cmd/sforge-hook", "./cmd/sforge-probe"} {

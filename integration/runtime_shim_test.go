@@ -31,7 +31,7 @@ import (
 	"github.com/sforge-dev/netiso/shim"
 )
 
-// The shim's isolated create (issue 9): sforge-runtime driven with real
+// The shim's isolated create: sforge-runtime driven with real
 // runc the way containerd's runc shim drives it (create --bundle
 // --pid-file, start, delete, each a process of its own, --root and a JSON
 // --log), on every engine. The shim runs runc create as its child and

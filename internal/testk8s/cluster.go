@@ -7,7 +7,7 @@
 //
 // Components are stopped by PID when the test ends; when it failed, the tail
 // of every component's log is printed. Cluster.StartProcess is the extension
-// point for more daemons (kubelet, containerd: issue 8) with the same
+// point for more daemons (kubelet, containerd) with the same
 // lifecycle and log handling.
 package testk8s
 
