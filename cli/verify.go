@@ -89,11 +89,19 @@ the sforge runtime is not registered: run ` + "`sforge install --docker`" + `; o
 Kubernetes: ` + "`sforge install --cni`" + ` on each node), 2 on a usage error. Run it
 once after installing, and after changing the runtime or the CNI.
 
+With --exec (Docker) the container holds still and the probe is started in
+it by exec, as harnesses run an agent's tool calls (docker exec, docker-py
+exec_run, compose exec): the same verdicts must hold for every process that
+enters the sandbox.
+
 With Docker the probe image is built FROM scratch with the static
 sforge-probe found next to sforge (or --probe); --image uses an image that
 has it at /sforge-probe (required with --backend k8s).`,
 		Example: `  # Docker: the Judge on the host, a canary that must stay unreachable
   sforge verify --judge-url http://host.docker.internal:8080 --canary 203.0.113.10:80
+
+  # The probe started the way harnesses run tool calls: by exec into the container
+  sforge verify --judge-url http://host.docker.internal:8080 --exec
 
   # Also require the API proxy to be reachable, JSON report for CI
   sforge verify --judge-url http://10.0.0.12:8080 --api-url http://host.docker.internal:9090 -o json
@@ -120,6 +128,7 @@ has it at /sforge-probe (required with --backend k8s).`,
 	o.k8s.addFlags(f)
 	f.StringVar(&o.req.Probe, "probe", "", "the static sforge-probe binary to put in the image (default: next to sforge, else in PATH)")
 	f.DurationVar(&o.req.AttemptTimeout, "attempt-timeout", 1500*time.Millisecond, "how long each attempt may take")
+	f.BoolVar(&o.req.Exec, "exec", false, "start the probe by exec into the running isolated container (docker exec), the way harnesses run an agent's tool calls, instead of as its first process (--backend docker)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&o.resolveTTL, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the Judge and API hostnames may take")
 	return cmd
@@ -133,6 +142,9 @@ func (o *verifyOptions) validate() error {
 	}
 	if err := o.k8s.validate(o.req.Backend); err != nil {
 		return err
+	}
+	if o.req.Exec && o.req.Backend != "docker" {
+		return fmt.Errorf("--exec is supported with --backend docker only (a Pod's exec goes through the kubelet, which verify does not drive)")
 	}
 	if o.req.Backend == "k8s" && o.req.Image == "" {
 		// A Pod pulls its image; verify cannot build one for it.

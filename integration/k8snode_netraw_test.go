@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -8,9 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testcluster"
+	"github.com/sforge-dev/netiso/internal/testk8s"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -65,5 +71,60 @@ func TestK8sNodeNetRaw(t *testing.T) {
 		if code := run.ExitCode(); code != 0 {
 			t.Errorf("the Pod dropping NET_RAW: exit code %d, logs:\n%s", code, run.Logs)
 		}
+
+		// kubectl exec into a running isolated Pod (the API server, the
+		// kubelet, containerd's exec): the hostile probe matrix, every
+		// escape refused, raw and packet sockets included.
+		t.Run("kubectl exec", func(t *testing.T) {
+			held := probePod(ns, "held", map[string]string{policy.AnnotationKey: allow})
+			held.Spec.NodeName = c.NodeName
+			held.Spec.Containers[0].Command = []string{testcluster.ProbePath, "hold", "10m"}
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, held, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer deletePod(t, c, ns, "held")
+			c.Eventually(t, "pod held to run", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				p, err := cs.CoreV1().Pods(ns).Get(ctx, "held", metav1.GetOptions{})
+				return err == nil && p.Status.Phase == corev1.PodRunning, nil
+			})
+			cfg := matrixJSON(t, map[string]any{
+				"allowed":        []string{judgeTarget},
+				"forbidden_port": testcluster.OtherPort,
+				"forbidden":      []string{testcluster.InternetIP},
+				"ports":          []int{testcluster.JudgePort, testcluster.OtherPort},
+				"forbidden6":     []string{testcluster.JudgeIP6},
+				"canary":         internetTarget,
+				"timeout":        "1500ms",
+			})
+			out, err := kubectlExec(t, c, ns, "held", testcluster.ProbePath, "matrix", "--config-json", cfg)
+			t.Logf("exec: %v", err) // the probe exits 1 when a check is refused: the verdicts decide
+			requireMatrixPass(t, out, "raw-socket", "packet-socket", "nft-delete", "unshare-netns", "forbidden-tcp", "canary-tcp")
+		})
 	})
+}
+
+// kubectlExec runs argv in the first container of pod through the API
+// server's exec (what kubectl exec does) and returns its stdout and
+// stderr.
+func kubectlExec(t *testing.T, c *testcluster.Cluster, ns, pod string, argv ...string) (string, error) {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", c.HostKubeconfig(t, testk8s.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(rc, "POST", req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return out.String(), err
 }

@@ -107,6 +107,18 @@ func TestVerifyDocker(t *testing.T) {
 		}
 	})
 
+	// The probe exec'd into the running container, as harnesses run an
+	// agent's tool calls: every escape refused there too, the container
+	// gone afterwards.
+	t.Run("registered: exec", func(t *testing.T) {
+		code, out, errOut := e.runVerify(t, append(args, "--exec")...)
+		rep := parseVerifyReport(t, out)
+		if code != 0 || !rep.OK || rep.Leaks != 0 || len(rep.Verdicts) < len(matrixKinds) {
+			t.Fatalf("exit %d, report ok=%v leaks=%d verdicts=%d; stderr:\n%s\nstdout:\n%s", code, rep.OK, rep.Leaks, len(rep.Verdicts), errOut, out)
+		}
+		e.requireNoContainers(t)
+	})
+
 	t.Run("runtime is plain runc: leak reported", func(t *testing.T) {
 		e.setRuntime(t, runc, nil)
 		code, out, errOut := e.runVerify(t, args...)
@@ -129,6 +141,12 @@ func TestVerifyDocker(t *testing.T) {
 			t.Errorf("no one-line verdict on stderr:\n%s", errOut)
 		}
 		t.Logf("%d leaks reported: %v", rep.Leaks, leaked)
+		e.requireNoContainers(t)
+		// And through an exec.
+		code, out, errOut = e.runVerify(t, append(args, "--exec")...)
+		if rep := parseVerifyReport(t, out); code != 1 || rep.OK || rep.Leaks == 0 {
+			t.Fatalf("--exec: exit %d ok=%v leaks=%d under plain runc\nstdout:\n%s\nstderr:\n%s", code, rep.OK, rep.Leaks, out, errOut)
+		}
 		e.requireNoContainers(t)
 	})
 

@@ -40,6 +40,14 @@ type Backend interface {
 	Cleanup(ctx context.Context) error
 }
 
+// Execer is a Backend that can start a process in its running workload,
+// the way harnesses run an agent's tool calls (`docker exec`).
+type Execer interface {
+	// Exec runs argv in the workload started by Start, its output to
+	// stdout and stderr, and returns its exit code.
+	Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
 // HostInfo is what Preflight learnt about how the workload sees this host.
 type HostInfo struct {
 	// Aliases are names the workload resolves to an address of this host

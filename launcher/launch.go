@@ -75,6 +75,11 @@ type Options struct {
 	Stdout, Stderr, Log io.Writer
 	// NewAPIProxy serves --api-proxy.
 	NewAPIProxy NewAPIProxyFunc
+	// Exec, when set, is run in the workload once it has started, through
+	// the backend (an Execer), and its exit code is the run's: the
+	// workload's own command then only holds the sandbox open, and is
+	// removed with it.
+	Exec []string
 	// CleanupTimeout bounds Cleanup (default 60s).
 	CleanupTimeout time.Duration
 }
@@ -192,7 +197,16 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 
 	phase = "run"
 	t0 = time.Now()
-	code, err := b.Wait(runCtx)
+	var code int
+	if len(o.Exec) > 0 {
+		ex, ok := b.(Execer)
+		if !ok {
+			return rep, fmt.Errorf("the %s backend cannot start a process in a running workload", b.Name())
+		}
+		code, err = ex.Exec(runCtx, o.Exec, o.Stdout, o.Stderr)
+	} else {
+		code, err = b.Wait(runCtx)
+	}
 	rep.Timings.Run = ms(time.Since(t0))
 	if err != nil {
 		if timedOut() {

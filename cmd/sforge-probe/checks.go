@@ -36,9 +36,10 @@ var checks = map[string]checkFunc{
 	"loopback": checkLoopback,
 	"marker":   checkMarker,
 	"wait":     checkWait,
+	"hold":     checkHold,
 }
 
-const usage = "usage: sforge-probe matrix [--config FILE | --config-json JSON], or sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH)"
+const usage = "usage: sforge-probe matrix [--config FILE | --config-json JSON], or sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH, hold DURATION)"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "matrix" {
@@ -222,6 +223,21 @@ func checkMarker(path string, _ time.Duration) error {
 // waitLimit bounds the wait check, so that a test that forgets to release
 // a container does not leave it running for ever.
 const waitLimit = 60 * time.Second
+
+// holdLimit bounds the hold check.
+const holdLimit = 30 * time.Minute
+
+// checkHold keeps the process (and so its container) alive for a
+// duration, at most holdLimit, while other processes are started in the
+// container (`sforge verify --exec`); its container's removal ends it.
+func checkHold(duration string, _ time.Duration) error {
+	d, err := time.ParseDuration(duration)
+	if err != nil || d <= 0 || d > holdLimit {
+		return fmt.Errorf("hold wants a duration up to %s, not %q", holdLimit, duration)
+	}
+	time.Sleep(d)
+	return nil
+}
 
 // checkWait blocks until path exists, letting a test hold a container
 // running while it inspects or changes things outside.

@@ -264,6 +264,35 @@ func (b *Backend) Wait(ctx context.Context) (int, error) {
 	return code, nil
 }
 
+// Exec runs argv in the running container, as `docker exec` does (the
+// runtime confines the process as it confines every exec), and returns its
+// exit code once its output is drained.
+func (b *Backend) Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
+	b.mu.Lock()
+	id := b.id
+	b.mu.Unlock()
+	if id == "" {
+		return 0, errors.New("internal error: Exec before Start")
+	}
+	created, err := b.api.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return 0, fmt.Errorf("failed to exec in container %s: %w", b.name, err)
+	}
+	hj, err := b.api.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("failed to exec in container %s: %w", b.name, err)
+	}
+	defer hj.Close()
+	if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil {
+		return 0, fmt.Errorf("failed to read the exec's output in container %s: %w", b.name, err)
+	}
+	st, err := b.api.ContainerExecInspect(ctx, created.ID)
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the exec's exit code in container %s: %w", b.name, err)
+	}
+	return st.ExitCode, nil
+}
+
 // Cleanup removes the container (killing it if it still runs). It is
 // idempotent; a container that is already gone is fine.
 func (b *Backend) Cleanup(ctx context.Context) error {

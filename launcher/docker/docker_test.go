@@ -433,3 +433,28 @@ func TestBridgeGatewayWithoutGatewayField(t *testing.T) {
 		t.Fatalf("host %+v", h)
 	}
 }
+
+// TestExecAfterStart: with Options.Exec the process runs in the started
+// container through the Engine's exec (what `sforge verify --exec` does),
+// its output is the run's and its exit code the report's; the container
+// is removed after.
+func TestExecAfterStart(t *testing.T) {
+	f := newFake("1.41")
+	f.images["busybox:1"] = true
+	p := plan(t, simpleTask, launcher.Request{EnableInternet: true})
+	var out, log bytes.Buffer
+	rep, err := launcher.Launch(context.Background(), New(f), p, launcher.Options{Resolver: testResolver, Stdout: &out, Stderr: &out, Log: &log,
+		Exec: []string{"/probe", "matrix"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ExitCode == nil || *rep.ExitCode != 3 || !strings.Contains(out.String(), "exec says hi") {
+		t.Fatalf("exit %v, output %q", rep.ExitCode, out.String())
+	}
+	want := []string{"ContainerStart c0ffee", "ContainerExecCreate c0ffee /probe matrix", "ContainerExecAttach exec1", "ContainerExecInspect exec1", "ContainerRemove c0ffee"}
+	calls := f.Calls()
+	i := slices.Index(calls, want[0])
+	if i < 0 || len(calls) < i+len(want) || !slices.Equal(calls[i:i+len(want)], want) {
+		t.Fatalf("calls %q, want %q in order", calls, want)
+	}
+}

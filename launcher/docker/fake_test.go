@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/docker/docker/api/types"
@@ -204,6 +205,26 @@ func (f *fakeAPI) ContainerRemove(_ context.Context, id string, o container.Remo
 	}
 	f.removed = append(f.removed, id)
 	return f.removeErr
+}
+
+func (f *fakeAPI) ContainerExecCreate(_ context.Context, id string, o container.ExecOptions) (container.ExecCreateResponse, error) {
+	f.record("ContainerExecCreate " + id + " " + strings.Join(o.Cmd, " "))
+	return container.ExecCreateResponse{ID: "exec1"}, nil
+}
+
+func (f *fakeAPI) ContainerExecAttach(_ context.Context, id string, _ container.ExecAttachOptions) (types.HijackedResponse, error) {
+	f.record("ContainerExecAttach " + id)
+	client, server := net.Pipe()
+	go func() {
+		stdcopy.NewStdWriter(server, stdcopy.Stdout).Write([]byte("exec says hi\n"))
+		server.Close()
+	}()
+	return types.NewHijackedResponse(client, ""), nil
+}
+
+func (f *fakeAPI) ContainerExecInspect(_ context.Context, id string) (container.ExecInspect, error) {
+	f.record("ContainerExecInspect " + id)
+	return container.ExecInspect{ExitCode: 3}, nil
 }
 
 var _ API = (*fakeAPI)(nil)

@@ -54,7 +54,15 @@ type Request struct {
 	Probe string
 	// Timeout per attempt inside the probe.
 	AttemptTimeout time.Duration
+	// Exec starts the probe by exec into the running isolated container
+	// (`docker exec`), the way harnesses run an agent's tool calls,
+	// instead of as the container's first process.
+	Exec bool
 }
+
+// holdArgs keep an --exec run's container open while the probe is exec'd
+// into it; the container is removed once the probe's exec ends.
+var holdArgs = []string{ProbeInImage, "hold", "10m"}
 
 // Verdict is one probe attempt, as the probe printed it.
 type Verdict struct {
@@ -153,6 +161,9 @@ func WriteTask(dir string, r Request, matrix string) (string, error) {
 		"internet":    false,
 		"timeout":     "2m",
 		"command":     []string{ProbeInImage, "matrix", "--config-json", matrix},
+	}
+	if r.Exec {
+		t["command"] = holdArgs
 	}
 	if r.Image != "" {
 		t["image"] = r.Image
@@ -259,13 +270,17 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		return nil, err
 	}
 	var stdout strings.Builder
-	run, lerr := launcher.Launch(ctx, b, p, launcher.Options{
+	lo := launcher.Options{
 		Resolver:       o.Resolver,
 		ResolveTimeout: o.ResolveTimeout,
 		Stdout:         &stdout,
 		Stderr:         o.Log,
 		Log:            o.Log,
-	})
+	}
+	if r.Exec {
+		lo.Exec = []string{ProbeInImage, "matrix", "--config-json", matrix}
+	}
+	run, lerr := launcher.Launch(ctx, b, p, lo)
 	rep.Run, rep.Image = run, p.Image
 	rep.Verdicts = ParseVerdicts(stdout.String())
 	if lerr != nil {
