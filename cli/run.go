@@ -97,7 +97,7 @@ func realBackends(k *k8sFlags) backendFactory {
 			if ns == "" {
 				ns = l.Namespace
 			}
-			return k8slauncher.New(k8slauncher.Options{Client: l.Clientset, Namespace: ns, DNSTo: netpol.DNSTo(k.dnsTo), Server: l.Config.Host})
+			return k8slauncher.New(k8slauncher.Options{Client: l.Clientset, Config: l.Config, Namespace: ns, DNSTo: netpol.DNSTo(k.dnsTo), Server: l.Config.Host})
 		}
 		return nil, fmt.Errorf("--backend %q: unknown backend (allowed: docker, k8s)", name)
 	}

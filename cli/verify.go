@@ -89,10 +89,10 @@ the sforge runtime is not registered: run ` + "`sforge install --docker`" + `; o
 Kubernetes: ` + "`sforge install --cni`" + ` on each node), 2 on a usage error. Run it
 once after installing, and after changing the runtime or the CNI.
 
-With --exec (Docker) the container holds still and the probe is started in
-it by exec, as harnesses run an agent's tool calls (docker exec, docker-py
-exec_run, compose exec): the same verdicts must hold for every process that
-enters the sandbox.
+With --exec the container holds still and the probe is started in it by
+exec, as harnesses run an agent's tool calls (docker exec, docker-py
+exec_run, compose exec, kubectl exec): the same verdicts must hold for every
+process that enters the sandbox.
 
 With Docker the probe image is built FROM scratch with the static
 sforge-probe found next to sforge (or --probe); --image uses an image that
@@ -128,7 +128,7 @@ has it at /sforge-probe (required with --backend k8s).`,
 	o.k8s.addFlags(f)
 	f.StringVar(&o.req.Probe, "probe", "", "the static sforge-probe binary to put in the image (default: next to sforge, else in PATH)")
 	f.DurationVar(&o.req.AttemptTimeout, "attempt-timeout", 1500*time.Millisecond, "how long each attempt may take")
-	f.BoolVar(&o.req.Exec, "exec", false, "start the probe by exec into the running isolated container (docker exec), the way harnesses run an agent's tool calls, instead of as its first process (--backend docker)")
+	f.BoolVar(&o.req.Exec, "exec", false, "start the probe by exec into the running isolated container (docker exec; on Kubernetes the Pod's exec, which needs create on pods/exec), the way harnesses run an agent's tool calls, instead of as its first process")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&o.resolveTTL, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the Judge and API hostnames may take")
 	return cmd
@@ -142,9 +142,6 @@ func (o *verifyOptions) validate() error {
 	}
 	if err := o.k8s.validate(o.req.Backend); err != nil {
 		return err
-	}
-	if o.req.Exec && o.req.Backend != "docker" {
-		return fmt.Errorf("--exec is supported with --backend docker only (a Pod's exec goes through the kubelet, which verify does not drive)")
 	}
 	if o.req.Backend == "k8s" && o.req.Image == "" {
 		// A Pod pulls its image; verify cannot build one for it.

@@ -47,6 +47,7 @@ func TestK8sNode(t *testing.T) {
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
 		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
 		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
+		t.Run("sforge verify --exec", func(t *testing.T) { testNodeVerifyExec(t, c, ns) })
 		// Removes sforge-cni's eventKubeconfig while it runs.
 		t.Run("sforge verify inferred", func(t *testing.T) { testNodeVerifyInferred(t, c, ns) })
 		// Takes sforge-cni out of the conflist while it runs.

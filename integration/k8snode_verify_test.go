@@ -28,15 +28,15 @@ const nodeVerifyPod = verify.TaskName
 // imported, the Judge in the judge namespace, the canary on "the
 // internet" there (203.0.113.10), its IPv6 address and the node itself as
 // targets that must stay unreachable.
-func runNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) (int, verifyReport, string) {
+func runNodeVerify(t *testing.T, c *testcluster.Cluster, ns string, extra ...string) (int, verifyReport, string) {
 	t.Helper()
-	code, out, stderr := runNodeVerifyOutput(t, c, ns, "json")
+	code, out, stderr := runNodeVerifyOutput(t, c, ns, "json", extra...)
 	return code, parseVerifyReport(t, out), stderr
 }
 
 // runNodeVerifyOutput runs verify with -o output and returns its exit
 // code, stdout and stderr.
-func runNodeVerifyOutput(t *testing.T, c *testcluster.Cluster, ns, output string) (int, string, string) {
+func runNodeVerifyOutput(t *testing.T, c *testcluster.Cluster, ns, output string, extra ...string) (int, string, string) {
 	t.Helper()
 	sforge := testbin.Build(t, "./cmd/sforge")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -50,6 +50,7 @@ func runNodeVerifyOutput(t *testing.T, c *testcluster.Cluster, ns, output string
 		"--ipv6-target", testcluster.JudgeIP6,
 		"--neighbour", testcluster.NodeIP,
 		"-o", output)
+	cmd.Args = append(cmd.Args, extra...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -123,6 +124,21 @@ func requireVerifyCleanedUp(t *testing.T, c *testcluster.Cluster, ns string) {
 // packet in the judge namespace. It reports that bridge does not enforce
 // NetworkPolicy (a warning) and that sforge-cni enforced the allowlist,
 // and exits 0.
+// testNodeVerifyExec: `sforge verify --backend k8s --exec` starts the
+// probe by exec (the API server's exec subresource, as kubectl does) in
+// the held probe Pod: every escape refused there too.
+func testNodeVerifyExec(t *testing.T, c *testcluster.Cluster, ns string) {
+	code, rep, stderr := runNodeVerify(t, c, ns, "--exec")
+	for _, v := range rep.Verdicts {
+		if !v.Pass {
+			t.Errorf("LEAK or failed control: %s %s expect=%s got=%s (%s)", v.Check, v.Target, v.Expect, v.Got, v.Error)
+		}
+	}
+	if code != 0 || !rep.OK || rep.Leaks != 0 || len(rep.Verdicts) < len(matrixKinds) {
+		t.Errorf("exit %d, ok=%v leaks=%d verdicts=%d error=%q; stderr:\n%s", code, rep.OK, rep.Leaks, len(rep.Verdicts), rep.Error, stderr)
+	}
+}
+
 func testNodeVerify(t *testing.T, c *testcluster.Cluster, ns string) {
 	if err := c.Judge.ResetCounters(); err != nil {
 		t.Fatal(err)

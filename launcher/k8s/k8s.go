@@ -45,6 +45,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/sforge-dev/netiso/k8s/netpol"
 	"github.com/sforge-dev/netiso/k8s/preflight"
@@ -74,6 +78,9 @@ type Options struct {
 	// Client talks to the cluster; build it with k8s/client (one per
 	// process: it holds the rate limiter).
 	Client kubernetes.Interface
+	// Config is the client's configuration, which Exec's stream needs
+	// (nil: no Exec).
+	Config *rest.Config
 	// Namespace of the Work Pod and its policy.
 	Namespace string
 	// DNSTo is where the NetworkPolicy lets DNS go (kube-dns or any).
@@ -333,6 +340,36 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, _ io.Writ
 		_, _ = io.Copy(stdout, stream)
 	}()
 	return nil
+}
+
+// Exec runs argv in the running Pod's container through the API server's
+// exec subresource, as `kubectl exec` does (it needs the right to create
+// pods/exec), and returns its exit code.
+func (b *Backend) Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
+	b.mu.Lock()
+	pod := b.pod
+	b.mu.Unlock()
+	if pod == "" {
+		return 0, errors.New("internal error: Exec before Start")
+	}
+	if b.o.Config == nil {
+		return 0, errors.New("internal error: the k8s backend has no client configuration to exec with")
+	}
+	req := b.o.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.o.Namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: ContainerName, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(b.o.Config, "POST", req.URL())
+	if err != nil {
+		return 0, fmt.Errorf("failed to exec in pod %s/%s: %w", b.o.Namespace, pod, err)
+	}
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+	var code utilexec.CodeExitError
+	switch {
+	case errors.As(err, &code):
+		return code.Code, nil
+	case err != nil:
+		return 0, fmt.Errorf("failed to exec in pod %s/%s (it needs the right to create pods/exec): %w", b.o.Namespace, pod, err)
+	}
+	return 0, nil
 }
 
 // CreatedPod returns the last Pod Start created (nil before), also after
