@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testcluster"
 	"github.com/sforge-dev/netiso/internal/testk8s"
+	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -85,7 +85,8 @@ func TestK8sNodeNetRaw(t *testing.T) {
 			defer deletePod(t, c, ns, "held")
 			c.Eventually(t, "pod held to run", 2*time.Minute, func(ctx context.Context) (bool, error) {
 				p, err := cs.CoreV1().Pods(ns).Get(ctx, "held", metav1.GetOptions{})
-				return err == nil && p.Status.Phase == corev1.PodRunning, nil
+				return err == nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 &&
+					p.Status.ContainerStatuses[0].Ready && p.Status.ContainerStatuses[0].State.Running != nil, nil
 			})
 			cfg := matrixJSON(t, map[string]any{
 				"allowed":        []string{judgeTarget},
@@ -96,7 +97,7 @@ func TestK8sNodeNetRaw(t *testing.T) {
 				"canary":         internetTarget,
 				"timeout":        "1500ms",
 			})
-			out, err := kubectlExec(t, c, ns, "held", testcluster.ProbePath, "matrix", "--config-json", cfg)
+			out, err := kubectlExec(t, c, ns, "held", testcluster.ProbePath, "matrix", "--config-json", cfg, "--linger", "1s")
 			t.Logf("exec: %v", err) // the probe exits 1 when a check is refused: the verdicts decide
 			requireMatrixPass(t, out, "raw-socket", "packet-socket", "nft-delete", "unshare-netns", "forbidden-tcp", "canary-tcp")
 		})
@@ -104,7 +105,7 @@ func TestK8sNodeNetRaw(t *testing.T) {
 }
 
 // kubectlExec runs argv in the first container of pod through the API
-// server's exec (what kubectl exec does) and returns its stdout and
+// server's exec subresource, as kubectl does, and returns its stdout and
 // stderr.
 func kubectlExec(t *testing.T, c *testcluster.Cluster, ns, pod string, argv ...string) (string, error) {
 	t.Helper()
@@ -116,15 +117,12 @@ func kubectlExec(t *testing.T, c *testcluster.Cluster, ns, pod string, argv ...s
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(rc, "POST", req.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	code, err := k8slauncher.ExecInPod(ctx, cs, rc, ns, pod, k8slauncher.ContainerName, argv, &out, &out)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
 	return out.String(), err
 }

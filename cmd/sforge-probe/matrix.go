@@ -95,8 +95,16 @@ const MatrixEnv = "SFORGE_PROBE_MATRIX"
 
 func runMatrix(args []string, stdout, stderr io.Writer) int {
 	var raw []byte
+	var linger time.Duration
 	for len(args) > 0 {
 		switch {
+		case args[0] == "--linger" && len(args) > 1:
+			d, err := time.ParseDuration(args[1])
+			if err != nil || d < 0 || d > time.Minute {
+				fmt.Fprintf(stderr, "sforge-probe: matrix: --linger wants a duration up to 1m, not %q\n", args[1])
+				return 2
+			}
+			linger, args = d, args[2:]
 		case args[0] == "--config-json" && len(args) > 1:
 			raw, args = []byte(args[1]), args[2:]
 		case args[0] == "--config" && len(args) > 1:
@@ -107,7 +115,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 			}
 			raw, args = b, args[2:]
 		default:
-			fmt.Fprintf(stderr, "sforge-probe: matrix: unexpected argument %q; usage: sforge-probe matrix [--config FILE | --config-json JSON] (or $%s)\n", args[0], MatrixEnv)
+			fmt.Fprintf(stderr, "sforge-probe: matrix: unexpected argument %q; usage: sforge-probe matrix [--config FILE | --config-json JSON] [--linger DURATION] (or $%s)\n", args[0], MatrixEnv)
 			return 2
 		}
 	}
@@ -152,6 +160,10 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}
 		_ = enc.Encode(v)
 	}
+	// An exec'd process's output can be lost when it exits right after
+	// writing (containerd copies an exec's output after the fact): an exec
+	// of the matrix waits a little before exiting.
+	time.Sleep(linger)
 	return status
 }
 

@@ -49,6 +49,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/sforge-dev/netiso/k8s/netpol"
 	"github.com/sforge-dev/netiso/k8s/preflight"
@@ -355,11 +356,52 @@ func (b *Backend) Exec(ctx context.Context, argv []string, stdout, stderr io.Wri
 	if b.o.Config == nil {
 		return 0, errors.New("internal error: the k8s backend has no client configuration to exec with")
 	}
-	req := b.o.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.o.Namespace).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: ContainerName, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(b.o.Config, "POST", req.URL())
+	return ExecInPod(ctx, b.o.Client, b.o.Config, b.o.Namespace, pod, ContainerName, argv, stdout, stderr)
+}
+
+// ExecInPod runs argv in container of pod through the API server's exec
+// subresource as kubectl does (WebSocket, falling back to SPDY) and
+// returns its exit code. It is for commands that always print: an exec's
+// output can be lost on the way back (seen through a kubelet and
+// containerd 1.6), so one that printed nothing at all is run again, twice
+// at most.
+func ExecInPod(ctx context.Context, c kubernetes.Interface, cfg *rest.Config, namespace, pod, container string, argv []string, stdout, stderr io.Writer) (int, error) {
+	for try := 1; ; try++ {
+		var n countingWriter
+		code, err := execOnce(ctx, c, cfg, namespace, pod, container, argv, io.MultiWriter(stdout, &n), io.MultiWriter(stderr, &n))
+		if err != nil || n > 0 || try == 3 {
+			return code, err
+		}
+	}
+}
+
+// countingWriter counts what is written to it.
+type countingWriter int
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	*w += countingWriter(len(p))
+	return len(p), nil
+}
+
+func execOnce(ctx context.Context, c kubernetes.Interface, cfg *rest.Config, namespace, pod, container string, argv []string, stdout, stderr io.Writer) (int, error) {
+	req := c.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("failed to exec in pod %s/%s (it needs the right to create pods/exec): %w", namespace, pod, err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
-		return 0, fmt.Errorf("failed to exec in pod %s/%s: %w", b.o.Namespace, pod, err)
+		return fail(err)
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return fail(err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return fail(err)
 	}
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
 	var code utilexec.CodeExitError
@@ -367,7 +409,7 @@ func (b *Backend) Exec(ctx context.Context, argv []string, stdout, stderr io.Wri
 	case errors.As(err, &code):
 		return code.Code, nil
 	case err != nil:
-		return 0, fmt.Errorf("failed to exec in pod %s/%s (it needs the right to create pods/exec): %w", b.o.Namespace, pod, err)
+		return fail(err)
 	}
 	return 0, nil
 }

@@ -278,7 +278,7 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		Log:            o.Log,
 	}
 	if r.Exec {
-		lo.Exec = []string{ProbeInImage, "matrix", "--config-json", matrix}
+		lo.Exec = []string{ProbeInImage, "matrix", "--config-json", matrix, "--linger", "1s"}
 	}
 	run, lerr := launcher.Launch(ctx, b, p, lo)
 	rep.Run, rep.Image = run, p.Image
