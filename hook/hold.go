@@ -22,7 +22,7 @@ var keep []*os.File
 // holdNetlink is nftables.Engine.HandOff for poststop: it starts a copy of
 // the hook that holds the netlink socket of the removal (descriptor 3)
 // until this hook has exited, so that the socket's last close — and the
-// kernel's RCU grace period it waits for, 8-16 ms — happens in the copy,
+// kernel's RCU grace period it waits for — happens in the copy,
 // which runc does not wait for, instead of in this process's exit, which
 // it does. The table is already gone; only the freeing of its memory is
 // left. The copy learns that the hook exited from the end of its stdin,

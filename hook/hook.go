@@ -174,13 +174,10 @@ func (h *Hook) poststop(st *specs.State) {
 	if n == nil || n.Path == "" || !pathExists(n.Path) {
 		return
 	}
-	// A container refused at start had nothing installed; one that
-	// shares the host's namespace was refused, and the host's rules are
+	// A container refused at start had nothing installed, and Decide
+	// refuses one whose namespace is the host's: the host's rules are
 	// never touched.
 	if d, err := oci.Decide(st.ID, cfg.Spec, oci.Options{HostNetNS: h.hostNetNS()}); err != nil || d == nil {
-		return
-	}
-	if shared, err := oci.SharesNetNS(n.Path, h.hostNetNS()); err != nil || shared {
 		return
 	}
 	start := time.Now()

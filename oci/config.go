@@ -248,13 +248,13 @@ func CanonicalCap(c string) string {
 // DropCapability removes capability c, in any spelling CanonicalCap
 // accepts, from every set of the process. It reports whether anything
 // changed.
-func (c *Config) DropCapability(capability string) (bool, error) {
+func (c *Config) DropCapability(capability string) bool {
 	if !dropCapability(c.Spec.Process, c.process, c.caps, capability) {
-		return false, nil
+		return false
 	}
 	c.top.set("process", c.process.encode())
 	c.dirty = true
-	return true, nil
+	return true
 }
 
 // dropCapability removes capability from every set of p, typed and as

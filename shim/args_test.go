@@ -121,6 +121,9 @@ func FuzzParseArgs(f *testing.F) {
 		"run -d ctr",
 		"--new x delete ctr",
 		"create -- -b",
+		"--root /r exec --process /p.json --detach --pid-file /x ctr",
+		"exec -t --cap CAP_NET_RAW -c=NET_ADMIN ctr /bin/sh",
+		"exec -p=/p -- ctr sh",
 	} {
 		f.Add(s)
 	}

@@ -32,9 +32,7 @@ const (
 	// (the shim's and the hooks.d files; runc and podman give a hook only
 	// what its entry names): sforge-hook runs with one P from its start,
 	// as it would set for its install anyway, so the Go runtime starts no
-	// second thread to spin for work. That is 1.0-1.4 ms of each hook
-	// process on a 2-core host (BENCHMARKS.md), a hook with nothing to do
-	// included.
+	// second thread to spin for work, a hook with nothing to do included.
 	HookProcsEnv = "GOMAXPROCS=1"
 	// DefaultLogPath is the shim's own log, beside the hook's
 	// (/var/log/sforge/hook.log).

@@ -25,8 +25,6 @@ type Runtime interface {
 // ContainerState is what the shim reads of the runtime's `state` output
 // (runtime-spec runtime.md#state).
 type ContainerState struct {
-	ID          string            `json:"id"`
-	Bundle      string            `json:"bundle"`
 	Annotations map[string]string `json:"annotations"`
 }
 

@@ -143,10 +143,9 @@ func (s *Shim) hostNetNS() []string {
 		return s.HostNetNS
 	}
 	// The calling thread's, not /proc/self/ns/net: that names the
-	// namespace of the process's first thread, which may be the one making
-	// the container's namespace (makeNetNS) while the spec is checked. A
-	// thread in that namespace is locked to the goroutine making it, so
-	// every other goroutine runs on a thread in the shim's own.
+	// namespace of the process's first thread, which may be in another
+	// one (a thread making the container's namespace is locked to its
+	// goroutine, so every other goroutine runs in the shim's own).
 	return []string{"/proc/1/ns/net", "/proc/thread-self/ns/net"}
 }
 
@@ -228,9 +227,7 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 		}
 		return nil, nil
 	}
-	if _, err := cfg.DropCapability(oci.CapNetRaw); err != nil {
-		return nil, fmt.Errorf("container %s: failed to drop %s: %w", a.ID, oci.CapNetRaw, err)
-	}
+	cfg.DropCapability(oci.CapNetRaw)
 	// The allowlist as an annotation too (it may have come in the
 	// environment): runc keeps annotations in its state, which is how an
 	// exec into the container is known to be one into an isolated one.

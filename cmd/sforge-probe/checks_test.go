@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Loopback only: the probe's own behaviour, not a network's.
@@ -88,6 +89,19 @@ func TestRun(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"loopback", "127.0.0.1"}, &out, &errOut); code != 0 {
 		t.Fatalf("all checks connected but exit %d: %s", code, out.String())
+	}
+}
+
+// hold refuses a duration it cannot honour, and holds for one it can.
+func TestHold(t *testing.T) {
+	for _, d := range []string{"soon", "0s", "31m"} {
+		if err := checkHold(d, 0); err == nil || !strings.Contains(err.Error(), "hold wants a duration up to 30m") {
+			t.Errorf("hold %s: %v", d, err)
+		}
+	}
+	start := time.Now()
+	if err := checkHold("50ms", 0); err != nil || time.Since(start) < 50*time.Millisecond {
+		t.Errorf("hold 50ms: %v after %s", err, time.Since(start))
 	}
 }
 

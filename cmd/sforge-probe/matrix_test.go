@@ -127,6 +127,12 @@ func TestMatrixRun(t *testing.T) {
 	if code := run([]string{"matrix", "--bogus"}, &out, &errb); code != 2 {
 		t.Fatalf("exit %d, want 2 (%s)", code, errb.String())
 	}
+	for _, d := range []string{"soon", "-1s", "2m"} {
+		errb.Reset()
+		if code := run([]string{"matrix", "--linger", d}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--linger wants a duration up to 1m") {
+			t.Fatalf("--linger %s: exit %d, %q", d, code, errb.String())
+		}
+	}
 	errb.Reset()
 	cfg := `{"allowed":["127.0.0.1:1"],"ports":[1],"timeout":"200ms","skip":["metadata","gateway-tcp","gateway-icmp","dns-udp","dns-tcp","ipv6-linklocal-tcp","ipv6-linklocal-icmp","unshare-netns","nft-delete"]}`
 	code := run([]string{"matrix", "--config-json", cfg}, &out, &errb)

@@ -39,8 +39,8 @@ type Engine struct {
 	// Why: the table is gone when the batch returns, but the kernel frees
 	// deleted objects after an RCU grace period, and the last close of a
 	// netfilter netlink socket waits for that (nf_tables flushes its
-	// destroy work on NETLINK_URELEASE): 8-16 ms here, most of a poststop
-	// hook's time, which runc waits for on every `runc delete` of a
+	// destroy work on NETLINK_URELEASE), most of a poststop hook's time,
+	// which runc waits for on every `runc delete` of a
 	// container whose namespace outlives it. A caller that keeps the
 	// duplicate open in a process outliving its own (see
 	// hook.holdNetlink) lets the last close, and the wait, happen there.
@@ -174,7 +174,7 @@ func (e *Engine) Check(t engine.Target, a policy.Allowlist) error {
 // batch has deleted anything, closing a netfilter netlink socket waits for
 // the kernel to free it after an RCU grace period (nf_tables'
 // NETLINK_URELEASE handler flushes its destroy work), and an aborted batch
-// waits for one too: 8 to 16 ms here, many times the whole install. A
+// waits for one too, many times the whole install. A
 // table that appears between the check and the batch makes the exclusive
 // create fail with EEXIST, and the replacing batch follows.
 func create(c *nftables.Conn, p *plan) error {
