@@ -4,7 +4,8 @@
 #
 #   sudo bash hack/quickstart.sh
 #
-# installs what is missing (iptables, runc, docker.io, busybox-static),
+# installs the Debian packages that are missing (hack/packages.sh lists
+# them: make, git, curl, iptables, runc, docker.io, busybox-static, ...),
 # starts dockerd when none runs, builds sforge, registers its runtime with
 # Docker (sforge install --docker), starts a small local judge on the Docker
 # bridge and runs examples/hello-judge with --disable-internet: the agent
@@ -17,6 +18,7 @@
 #   SFORGE_QS_DOCKER_CONFIG     daemon.json for the runtime registration (/etc/docker/daemon.json)
 #   SFORGE_QS_DOCKER_DATA_ROOT  --data-root when this script starts dockerd (dockerd's default)
 #   SFORGE_QS_JUDGE_PORT        the judge's port (8080; the decoy uses the next one)
+#   SFORGE_QS_STOP_AFTER=build  stop after installing and building
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -35,18 +37,16 @@ die() { printf 'quickstart: %s\n' "$*" >&2; exit 1; }
 mkdir -p "$STATE"
 
 step "1/6 system packages (only what is missing)"
-declare -A need=([iptables]=iptables [runc]=runc [dockerd]=docker.io [docker]=docker.io [busybox]=busybox-static [curl]=curl)
-missing=()
-for cmd in "${!need[@]}"; do command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}"); done
+. hack/packages.sh
+mapfile -t missing < <(sforge_missing_packages "${SFORGE_PACKAGES_QUICKSTART[@]}")
 if ((${#missing[@]})); then
-  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them with your package manager"
+  command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them with your package manager, then run this again"
   echo "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  apt-get update -q || die "apt-get update failed (see above): check /etc/apt/sources.list and the network, then run this again"
+  apt-get install -y -q --no-install-recommends "${missing[@]}" || die "apt-get install ${missing[*]} failed (see above): install them by hand, then run this again"
 else
-  echo "iptables, runc, docker.io, busybox-static and curl are present"
+  echo "every package the build and the demo need is present"
 fi
 
 step "2/6 build sforge"
@@ -55,14 +55,18 @@ if command -v go >/dev/null 2>&1; then
   if [[ $(printf '%s\n%s\n' "$GO_MIN" "$have" | sort -V | head -1) != "$GO_MIN" ]]; then
     die "Go $have is too old: sforge needs Go $GO_MIN or newer (https://go.dev/doc/install); Debian's golang package is older"
   fi
-  make build
-  go build -o bin/sforge-example-judge ./examples/judge
+  make build || die "make build failed (see above): with Go $have this should not happen; please report it with the output"
+  go build -o bin/sforge-example-judge ./examples/judge || die "building the example judge failed (see above)"
 elif [[ -x bin/sforge && -x bin/sforge-runtime && -x bin/sforge-hook && -x bin/sforge-example-judge ]]; then
   echo "no Go toolchain; using the binaries already in bin/"
 else
   die "Go $GO_MIN or newer is needed to build sforge (https://go.dev/doc/install), then run this again"
 fi
 SFORGE=$ROOT/bin/sforge
+if [[ ${SFORGE_QS_STOP_AFTER:-} == build ]]; then
+  echo "stopping after the build (SFORGE_QS_STOP_AFTER=build)"
+  exit 0
+fi
 
 step "3/6 dockerd"
 if docker info >/dev/null 2>&1; then
