@@ -39,6 +39,10 @@ func (f *fakeEngine) Remove(t engine.Target) error {
 	delete(f.installed, t.ID)
 	return f.removeErr
 }
+func (f *fakeEngine) Refused(t engine.Target) (engine.Refused, error) {
+	f.calls = append(f.calls, "refused "+t.ID)
+	return engine.Refused{Total: 1, PerDestination: true}, nil
+}
 func (f *fakeEngine) Check(t engine.Target, a policy.Allowlist) error {
 	f.calls = append(f.calls, "check "+t.ID)
 	if f.checkErr != nil {

@@ -6,6 +6,7 @@ package engine
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/sforge-dev/netiso/policy"
@@ -47,6 +48,36 @@ type Engine interface {
 	Remove(t Target) error
 	// Check verifies that the target's rules match a exactly.
 	Check(t Target, a policy.Allowlist) error
+	// Refused reads what the target's rules refused since they were
+	// installed. Errors as Remove's, and ErrNotInstalled when the target
+	// has no rules.
+	Refused(t Target) (Refused, error)
+}
+
+// Refused is what a target's rules refused: packets a drop or reject rule
+// stopped, the attempts to reach what the allowlist does not allow.
+type Refused struct {
+	// Total counts every refused packet.
+	Total uint64 `json:"total"`
+	// Destinations counts them per destination, most refused first, where
+	// the engine can (PerDestination); at most a bounded number each
+	// target and family.
+	Destinations []RefusedDestination `json:"destinations,omitempty"`
+	// Uncounted is the part of Total that Destinations does not hold:
+	// refused once the per-destination table was full, or everything when
+	// the engine counts totals only.
+	Uncounted uint64 `json:"uncounted,omitempty"`
+	// PerDestination says whether the engine counts per destination.
+	PerDestination bool `json:"per_destination"`
+}
+
+// RefusedDestination is one destination's count. Port is 0 for protocols
+// without ports (ICMP, ICMPv6, ...).
+type RefusedDestination struct {
+	Proto       string     `json:"proto"`
+	Destination netip.Addr `json:"destination"`
+	Port        uint16     `json:"port"`
+	Count       uint64     `json:"count"`
 }
 
 // ErrNetNSGone reports that the target's network namespace does not exist

@@ -29,6 +29,9 @@ func (f *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report
 }
 func (f *fakeEngine) Remove(t engine.Target) error                { f.removes = append(f.removes, t); return f.err }
 func (f *fakeEngine) Check(engine.Target, policy.Allowlist) error { return nil }
+func (f *fakeEngine) Refused(engine.Target) (engine.Refused, error) {
+	return engine.Refused{Total: 1, PerDestination: true}, nil
+}
 
 // bundle writes a config.json built by edit from an isolatable base.
 func bundle(t *testing.T, edit func(*specs.Spec)) string {

@@ -166,6 +166,10 @@ func runEngineSuite(t *testing.T, s engineSuite) {
 		})
 	}
 
+	t.Run("refused-counts", func(t *testing.T) {
+		testRefusedCounts(t, e)
+	})
+
 	t.Run("dns", func(t *testing.T) {
 		tp := testnet.New(t)
 		c := tp.Container
@@ -444,5 +448,68 @@ func testEmbeddedDNSBehindDockerNAT(t *testing.T, e engine.Engine, variant strin
 	dump, err := runIn(c, "", listBinary(policy.IPv4, variant), "-w", "-S", otherChain)
 	if err != nil || strings.Count(dump, "-A "+otherChain) != len(rs.IPv4) {
 		t.Fatalf("the other container's chain changed: %v\n%s", err, dump)
+	}
+}
+
+// testRefusedCounts makes known numbers of forbidden attempts (TCP, UDP,
+// ICMP, IPv6, Docker's resolver address) and allowed ones, and reads the
+// engine's counts: exactly the attempts, per destination where the engine
+// counts them so, in total otherwise.
+func testRefusedCounts(t *testing.T, e engine.Engine) {
+	tp := testnet.New(t)
+	c := tp.Container
+	tg := engine.Target{NetNS: c.Path(), ID: "counts"}
+	mustInstall(t, e, tg, decode(t, fmt.Sprintf("v1;tcp:%s:%d", testnet.JudgeAddr, testnet.AllowedPort)))
+	if r, err := e.Refused(tg); err != nil || r.Total != 0 || len(r.Destinations) != 0 {
+		t.Fatalf("before any attempt: %+v, %v; want nothing refused", r, err)
+	}
+	for range 2 {
+		expectTCP(t, c, ap(testnet.JudgeAddr, testnet.AllowedPort), testnet.OK)
+	}
+	for range 3 {
+		expectTCP(t, c, ap(testnet.JudgeAddr, testnet.OtherPort), testnet.Refused)
+	}
+	for range 2 {
+		expectUDP(t, c, ap(testnet.InternetAddr, testnet.DNSPort), false)
+		if got, err := testnet.Ping4(c, testnet.InternetAddr, dropTimeout); !got.Blocked() {
+			t.Errorf("icmp echo: %s (%v), want blocked", got, err)
+		}
+	}
+	expectTCP(t, c, ap(testnet.JudgeAddr6, testnet.AllowedPort), testnet.Refused)
+	expectTCPBlocked(t, c, ap(policy.DockerEmbeddedDNS, 53))
+
+	r, err := e.Refused(tg)
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	t.Logf("refused: %+v", r)
+	if r.Total != 9 {
+		t.Errorf("total %d, want 9 (3 tcp + 2 udp + 2 icmp + 1 tcp6 + 1 to 127.0.0.11)", r.Total)
+	}
+	if !r.PerDestination {
+		if r.Uncounted != r.Total || len(r.Destinations) != 0 {
+			t.Errorf("an engine counting totals only reports %+v", r)
+		}
+		return
+	}
+	var got []string
+	for _, d := range r.Destinations {
+		got = append(got, fmt.Sprintf("%s %s %d: %d", d.Proto, d.Destination, d.Port, d.Count))
+	}
+	want := []string{
+		fmt.Sprintf("tcp %s %d: 3", testnet.JudgeAddr, testnet.OtherPort),
+		fmt.Sprintf("icmp %s 0: 2", testnet.InternetAddr),
+		fmt.Sprintf("udp %s %d: 2", testnet.InternetAddr, testnet.DNSPort),
+		fmt.Sprintf("tcp %s 53: 1", policy.DockerEmbeddedDNS),
+		fmt.Sprintf("tcp %s %d: 1", testnet.JudgeAddr6, testnet.AllowedPort),
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || r.Uncounted != 0 {
+		t.Errorf("per destination (uncounted %d):\n%s\nwant:\n%s", r.Uncounted, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := e.Remove(tg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Refused(tg); !errors.Is(err, engine.ErrNotInstalled) {
+		t.Errorf("refused after remove: %v, want ErrNotInstalled", err)
 	}
 }

@@ -96,6 +96,9 @@ func (e *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report
 
 func (e *fakeEngine) Remove(engine.Target) error                  { return errors.New("not used") }
 func (e *fakeEngine) Check(engine.Target, policy.Allowlist) error { return errors.New("not used") }
+func (e *fakeEngine) Refused(engine.Target) (engine.Refused, error) {
+	return engine.Refused{}, errors.New("not used")
+}
 
 // fakeRuntime is a runc stand-in that records its argv and stdin and
 // writes a known line to stdout. Every call is also appended to

@@ -385,3 +385,57 @@ func (e *RestoreError) Error() string {
 }
 
 func (e *RestoreError) Unwrap() error { return e.Err }
+
+// Refused implements engine.Engine with totals only: iptables keeps one
+// counter per rule, so the packets of the chain's refusing rules (DROP and
+// REJECT) are counted, not their destinations.
+func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
+	chain, err := policy.ChainName(t.ID)
+	if err != nil {
+		return engine.Refused{}, fmt.Errorf("failed to name the chain: %w", err)
+	}
+	var r engine.Refused
+	err = engine.WithNetNS(t.NetNS, func() error {
+		tables, err := readTables()
+		if err != nil {
+			return err
+		}
+		b, err := e.chooseBackend(tables)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, f := range families {
+			if !tables.hasFilter(b, f) {
+				continue
+			}
+			fam, err := e.family(b, f)
+			if err != nil {
+				return err
+			}
+			ok, err := fam.ipt.ChainExists("filter", chain)
+			if err != nil {
+				return fmt.Errorf("failed to look for %s chain %s: %w", fam.name, chain, err)
+			}
+			if !ok {
+				continue
+			}
+			found = true
+			listed, err := fam.ipt.ListWithCounters("filter", chain)
+			if err != nil {
+				return fmt.Errorf("failed to list %s chain %s: %w", fam.name, chain, err)
+			}
+			n, err := refusedPackets(chain, listed)
+			if err != nil {
+				return fmt.Errorf("%s: %w", fam.name, err)
+			}
+			r.Total += n
+		}
+		if !found {
+			return fmt.Errorf("%w: no chain %s (iptables-%s)", engine.ErrNotInstalled, chain, b)
+		}
+		return nil
+	})
+	r.Uncounted = r.Total
+	return r, err
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sforge-dev/netiso/policy"
@@ -191,4 +192,41 @@ func countJumps(chain, hook string, listed []string) int {
 		}
 	}
 	return n
+}
+
+// refusedPackets sums the packet counters of chain's DROP and REJECT
+// rules, from `iptables -S -v` lines ("-A CHAIN ... -c PACKETS BYTES
+// ... -j TARGET").
+func refusedPackets(chain string, listed []string) (uint64, error) {
+	var total uint64
+	for _, rule := range chainRules(chain, listed) {
+		target := ""
+		var packets uint64
+		hasCounter := false
+		for i := 0; i < len(rule); i++ {
+			switch rule[i] {
+			case "-j", "--jump":
+				if i+1 < len(rule) {
+					target = rule[i+1]
+				}
+			case "-c", "--set-counters":
+				if i+1 >= len(rule) {
+					return 0, fmt.Errorf("chain %s: a rule's counters are cut short: %q", chain, strings.Join(rule, " "))
+				}
+				n, err := strconv.ParseUint(rule[i+1], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("chain %s: a rule's packet counter %q: %w", chain, rule[i+1], err)
+				}
+				packets, hasCounter = n, true
+			}
+		}
+		if target != "DROP" && target != "REJECT" {
+			continue
+		}
+		if !hasCounter {
+			return 0, fmt.Errorf("chain %s: the rule %q carries no counters", chain, strings.Join(rule, " "))
+		}
+		total += packets
+	}
+	return total, nil
 }

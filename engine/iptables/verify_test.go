@@ -174,3 +174,29 @@ func TestNotFoundMessage(t *testing.T) {
 		t.Fatalf("binaries in an empty PATH: %v", err)
 	}
 }
+
+func TestRefusedPackets(t *testing.T) {
+	const chain = "SFORGE_c_0123456789"
+	listed := []string{
+		"-N " + chain,
+		"-A OUTPUT -c 40 2400 -j " + chain,
+		"-A " + chain + ` -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment "replies to allowed connections" -c 12 900 -j ACCEPT`,
+		"-A " + chain + ` -d 127.0.0.11/32 -m comment --comment "no DNS: Docker embedded resolver" -c 1 60 -j REJECT --reject-with icmp-admin-prohibited`,
+		"-A " + chain + ` -p tcp -m comment --comment "everything else" -c 3 180 -j REJECT --reject-with tcp-reset`,
+		"-A " + chain + ` -m comment --comment "everything else" -c 4 336 -j REJECT --reject-with icmp-admin-prohibited`,
+		"-A OTHER -c 99 99 -j DROP",
+	}
+	n, err := refusedPackets(chain, listed)
+	if err != nil || n != 8 {
+		t.Fatalf("refusedPackets = %d, %v; want 8", n, err)
+	}
+	for _, bad := range []string{
+		"-A " + chain + " -j DROP",
+		"-A " + chain + " -c x 0 -j DROP",
+		"-A " + chain + " -j DROP -c",
+	} {
+		if _, err := refusedPackets(chain, []string{bad}); err == nil || !strings.Contains(err.Error(), chain) {
+			t.Errorf("%q: err %v, want one naming the chain", bad, err)
+		}
+	}
+}

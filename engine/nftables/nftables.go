@@ -384,3 +384,22 @@ func explain(err error) error {
 	}
 	return err
 }
+
+// Refused implements engine.Engine: the total counters of the count
+// chains and the elements of the sets of refused destinations.
+func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
+	name, err := TableName(t.ID)
+	if err != nil {
+		return engine.Refused{}, fmt.Errorf("failed to name the nftables table: %w", err)
+	}
+	c, closeNS, err := dial(t.NetNS)
+	if err != nil {
+		return engine.Refused{}, err
+	}
+	defer closeNS()
+	r, err := readRefused(c, &nftables.Table{Name: name, Family: nftables.TableFamilyINet})
+	if err != nil {
+		return engine.Refused{}, fmt.Errorf("failed to read the refused counts of nftables table %s in %s: %w", name, t.NetNS, err)
+	}
+	return r, nil
+}

@@ -26,7 +26,17 @@ import (
 //	    meta nfproto ipv6 jump ipv6 }
 //	  chain ipv4 { the IPv4 rules of policy.Rules, allowlist runs as one set lookup }
 //	  chain ipv6 { the IPv6 rules of policy.Rules }
+//	  set blocked_ipv4 { type ipv4_addr . inet_proto . inet_service; size 1024; flags dynamic; }
+//	  chain count_ipv4 { counter; then per protocol: update @blocked_ipv4 { ip daddr . meta l4proto . th dport counter } }
+//	  set blocked_ipv6, chain count_ipv6: the same for IPv6
 //	}
+//
+// Before each rule that refuses (drop or reject), a rule with the same
+// match jumps to the family's count chain, which counts the packet in
+// total and per destination and returns. The count rules carry no verdict
+// and sit apart from the refusing rule: a full set makes the update stop
+// its rule, which then only leaves that destination uncounted (the total
+// still counts it) and never skips the refusal.
 //
 // The hooks mirror policy.Hooks: IPv4 is filtered on output, IPv6 in both
 // directions. Priority filter (0) runs after Docker's nat OUTPUT DNAT
@@ -42,7 +52,16 @@ const (
 	chainInput  = "input"
 	// setPrefix names the sets holding the allowlist; see plan.sets.
 	setPrefix = "allow_"
+	// countPrefix and blockedPrefix name each family's count chain and
+	// the set of refused destinations it fills.
+	countPrefix   = "count_"
+	blockedPrefix = "blocked_"
 )
+
+// BlockedSetSize bounds the refused destinations counted one by one, per
+// family and container; what is refused once the set is full counts in
+// the total only.
+const BlockedSetSize = 1024
 
 // Registers: NFT_REG_1 for single matches. A concatenated set key fills
 // consecutive 32-bit registers, one per field padded to 4 bytes, starting
@@ -50,7 +69,8 @@ const (
 // reports it back as NFT_REG_1, so that is what we write (as nft does).
 const (
 	reg1     = unix.NFT_REG_1
-	reg32_01 = 9 // NFT_REG32_01, the word after NFT_REG32_00
+	reg32_01 = 9  // NFT_REG32_01, the word after NFT_REG32_00
+	reg32_05 = 13 // NFT_REG32_05, the word after NFT_REG_2
 )
 
 // ifnameLen is IFNAMSIZ: meta iifname/oifname load the full, NUL-padded name.
@@ -61,6 +81,12 @@ const ifnameLen = 16
 // kernel picks the pipapo backend, which matches CIDR ranges in the
 // address field in time independent of the number of elements.
 var allowKeyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+
+// blockedKeyType is the key of a set of refused destinations, per family.
+var blockedKeyType = map[policy.Family]nftables.SetDatatype{
+	policy.IPv4: allowKeyType,
+	policy.IPv6: nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService),
+}
 
 // plan is everything Install creates, computed before touching the kernel
 // and used again by Check to compare what the kernel holds.
@@ -76,7 +102,7 @@ type plan struct {
 
 type setPlan struct {
 	set   *nftables.Set
-	elems []nftables.SetElement
+	elems []nftables.SetElement // the planned elements; none for a dynamic set
 }
 
 type rulePlan struct {
@@ -144,6 +170,7 @@ func render(id string, a policy.Allowlist) (*plan, error) {
 
 	for _, f := range families {
 		fc := p.chains[slices.IndexFunc(p.chains, func(c *nftables.Chain) bool { return c.Name == string(f.family) })]
+		count := &nftables.Chain{Name: countPrefix + string(f.family), Table: p.table}
 		rules := f.rules
 		for i := 0; i < len(rules); {
 			// A run of consecutive "accept this address, protocol and
@@ -164,15 +191,97 @@ func render(id string, a policy.Allowlist) (*plan, error) {
 				i = j
 				continue
 			}
-			exprs, err := ruleExprs(rules[i])
+			match, err := matchExprs(rules[i])
 			if err != nil {
 				return nil, err
 			}
-			p.rules = append(p.rules, rulePlan{chain: fc, exprs: exprs, comment: rules[i].Comment})
+			verdict, err := verdictExprs(rules[i])
+			if err != nil {
+				return nil, err
+			}
+			if refuses(rules[i]) {
+				p.rules = append(p.rules, rulePlan{
+					chain:   fc,
+					exprs:   append(slices.Clip(match), &expr.Verdict{Kind: expr.VerdictJump, Chain: count.Name}),
+					comment: "count: " + rules[i].Comment,
+				})
+			}
+			p.rules = append(p.rules, rulePlan{chain: fc, exprs: append(match, verdict...), comment: rules[i].Comment})
 			i++
 		}
 	}
+	for _, f := range families {
+		count := &nftables.Chain{Name: countPrefix + string(f.family), Table: p.table}
+		p.chains = append(p.chains, count)
+		sp, rps := countRun(p.table, count, f.family, uint32(len(p.sets)+1))
+		p.sets = append(p.sets, sp)
+		p.rules = append(p.rules, rps...)
+	}
 	return p, nil
+}
+
+// refuses reports whether a rule drops or rejects: the rules whose
+// packets are counted.
+func refuses(r policy.Rule) bool {
+	return r.Verdict != policy.VerdictAccept
+}
+
+// countRun builds a family's set of refused destinations and the count
+// chain that fills it: a total counter (for IPv6 after leaving out ICMPv6
+// to multicast), then one update per kind of
+// transport header (TCP and UDP carry a destination port; every other
+// protocol counts as port 0). Each update returns; an update that a full
+// set stops falls through to rules that do not match its protocol.
+func countRun(t *nftables.Table, c *nftables.Chain, f policy.Family, id uint32) (setPlan, []rulePlan) {
+	set := &nftables.Set{
+		Table:         t,
+		Name:          blockedPrefix + string(f),
+		ID:            id,
+		KeyType:       blockedKeyType[f],
+		Concatenation: true,
+		Dynamic:       true,
+		Size:          BlockedSetSize,
+	}
+	// The key's registers: the address fills NFT_REG_1 (four words for
+	// IPv6), protocol and port the words after it, written as the kernel
+	// reports them (a register at a 16-byte boundary as NFT_REG_n).
+	addrOffset, addrLen, protoReg, portReg := uint32(16), uint32(4), uint32(reg32_01), uint32(reg32_01+1)
+	if f == policy.IPv6 {
+		addrOffset, addrLen, protoReg, portReg = 24, 16, unix.NFT_REG_2, reg32_05
+	}
+	key := func(port expr.Any) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOffset, Len: addrLen},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
+			port,
+			&expr.Dynset{SrcRegKey: reg1, SetName: set.Name, SetID: set.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Exprs: []expr.Any{&expr.Counter{}}},
+		}
+	}
+	l4is := func(op expr.CmpOp, proto byte) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: op, Register: reg1, Data: []byte{proto}},
+		}
+	}
+	dport := &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: portReg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	ret := &expr.Verdict{Kind: expr.VerdictReturn}
+	var rules []rulePlan
+	if f == policy.IPv6 {
+		// The kernel's own IPv6 upkeep (neighbour discovery, MLD: ICMPv6
+		// to multicast) is refused too, but it is no one's attempt.
+		rules = append(rules, rulePlan{chain: c, exprs: append(append(l4is(expr.CmpOpEq, unix.IPPROTO_ICMPV6),
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0xff}}), ret), comment: "not counted: ICMPv6 to multicast"})
+	}
+	rules = append(rules, rulePlan{chain: c, exprs: []expr.Any{&expr.Counter{}}, comment: "refused: total"})
+	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+		e := append(l4is(expr.CmpOpEq, proto), key(dport)...)
+		rules = append(rules, rulePlan{chain: c, exprs: append(e, ret), comment: "refused: by destination"})
+	}
+	other := append(append(l4is(expr.CmpOpNeq, unix.IPPROTO_TCP), l4is(expr.CmpOpNeq, unix.IPPROTO_UDP)[1]),
+		key(&expr.Immediate{Register: portReg, Data: []byte{0, 0}})...)
+	rules = append(rules, rulePlan{chain: c, exprs: other, comment: "refused: by destination"})
+	return setPlan{set: set}, rules
 }
 
 func chainIndex(chains []*nftables.Chain, c *nftables.Chain) int {
@@ -320,9 +429,10 @@ func protoNumber(p policy.Protocol) (byte, error) {
 	return 0, fmt.Errorf("unknown protocol %q", p)
 }
 
-// ruleExprs translates one abstract rule. Its family is implied by the
-// chain it lands in (reached only through a meta nfproto jump).
-func ruleExprs(r policy.Rule) ([]expr.Any, error) {
+// matchExprs translates one abstract rule's match, without its verdict.
+// Its family is implied by the chain it lands in (reached only through a
+// meta nfproto jump).
+func matchExprs(r policy.Rule) ([]expr.Any, error) {
 	var e []expr.Any
 	if r.Established {
 		e = append(e,
@@ -364,11 +474,7 @@ func ruleExprs(r policy.Rule) ([]expr.Any, error) {
 	} else if r.DstPort != 0 {
 		return nil, fmt.Errorf("rule %q: a port needs a protocol", r)
 	}
-	v, err := verdictExprs(r)
-	if err != nil {
-		return nil, err
-	}
-	return append(e, v...), nil
+	return e, nil
 }
 
 func nfprotoIs(f policy.Family) []expr.Any {

@@ -40,6 +40,18 @@ func describe(p *plan) []string {
 					parts = append(parts, "drop")
 				case expr.VerdictJump:
 					parts = append(parts, "jump "+e.Chain)
+				case expr.VerdictReturn:
+					parts = append(parts, "return")
+				}
+			case *expr.Counter:
+				parts = append(parts, "counter")
+			case *expr.Dynset:
+				parts = append(parts, "update @"+e.SetName)
+			case *expr.Immediate:
+				parts = append(parts, fmt.Sprintf("imm%x", e.Data))
+			case *expr.Cmp:
+				if e.Op == expr.CmpOpNeq && len(e.Data) == 1 {
+					parts = append(parts, fmt.Sprintf("!=%d", e.Data[0]))
 				}
 			case *expr.Reject:
 				if e.Type == unix.NFT_REJECT_TCP_RST {
@@ -73,7 +85,7 @@ func TestRenderLayout(t *testing.T) {
 	for _, c := range p.chains {
 		chains = append(chains, c.Name)
 	}
-	if got := strings.Join(chains, ","); got != "output,input,ipv4,ipv6" {
+	if got := strings.Join(chains, ","); got != "output,input,ipv4,ipv6,count_ipv4,count_ipv6" {
 		t.Fatalf("chains %s", got)
 	}
 	want := []string{
@@ -81,22 +93,42 @@ func TestRenderLayout(t *testing.T) {
 		"output: meta15 jump ipv6",
 		"input: meta15 jump ipv6",
 		"ipv4: ct accept",
+		"ipv4: meta15 payload1+16 jump count_ipv4",
 		"ipv4: meta15 payload1+16 reject/3",
 		"ipv4: meta7 accept",
 		"ipv4: meta15 payload1+16 meta16 payload2+2 @allow_ipv4 accept",
+		"ipv4: meta16 jump count_ipv4",
 		"ipv4: meta16 reset",
+		"ipv4: jump count_ipv4",
 		"ipv4: reject/3",
 		"ipv6: meta6 accept",
 		"ipv6: meta7 accept",
+		"ipv6: meta16 jump count_ipv6",
 		"ipv6: meta16 reset",
+		"ipv6: jump count_ipv6",
 		"ipv6: reject/3",
+		"count_ipv4: counter",
+		"count_ipv4: meta16 payload1+16 meta16 payload2+2 update @blocked_ipv4 return",
+		"count_ipv4: meta16 payload1+16 meta16 payload2+2 update @blocked_ipv4 return",
+		"count_ipv4: meta16 !=6 !=17 payload1+16 meta16 imm0000 update @blocked_ipv4",
+		"count_ipv6: meta16 payload1+24 return",
+		"count_ipv6: counter",
+		"count_ipv6: meta16 payload1+24 meta16 payload2+2 update @blocked_ipv6 return",
+		"count_ipv6: meta16 payload1+24 meta16 payload2+2 update @blocked_ipv6 return",
+		"count_ipv6: meta16 !=6 !=17 payload1+24 meta16 imm0000 update @blocked_ipv6",
 	}
 	got := describe(p)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if len(p.sets) != 1 || len(p.sets[0].elems) != 3 {
-		t.Fatalf("sets %+v, want one with 3 elements (endpoint + dns udp/tcp)", p.sets)
+	if len(p.sets) != 3 || len(p.sets[0].elems) != 3 {
+		t.Fatalf("sets %+v, want the allowlist's with 3 elements (endpoint + dns udp/tcp) and two of refused destinations", p.sets)
+	}
+	for i, f := range []policy.Family{policy.IPv4, policy.IPv6} {
+		s := p.sets[1+i].set
+		if s.Name != "blocked_"+string(f) || !s.Dynamic || s.Size != BlockedSetSize || s.Interval || len(p.sets[1+i].elems) != 0 {
+			t.Fatalf("set %d: %+v, want blocked_%s, dynamic, size %d, empty", 1+i, s, f, BlockedSetSize)
+		}
 	}
 }
 
@@ -107,13 +139,19 @@ func TestRenderVariants(t *testing.T) {
 		sets        int
 		check       func(t *testing.T, lines []string)
 	}{
-		{"no entries", "v1", 12, 0, nil},
-		{"drop", "v1;tcp:198.51.100.10:8080;else:drop", 11, 1, func(t *testing.T, lines []string) {
-			if !strings.HasSuffix(lines[len(lines)-1], "drop") || strings.Contains(strings.Join(lines, "\n"), "reject") {
+		{"no entries", "v1", 26, 2, nil},
+		{"drop", "v1;tcp:198.51.100.10:8080;else:drop", 23, 3, func(t *testing.T, lines []string) {
+			var ipv6 []string
+			for _, l := range lines {
+				if strings.HasPrefix(l, "ipv6: ") {
+					ipv6 = append(ipv6, l)
+				}
+			}
+			if !strings.HasSuffix(ipv6[len(ipv6)-1], "drop") || strings.Contains(strings.Join(lines, "\n"), "reject") {
 				t.Errorf("drop policy renders rejects:\n%s", strings.Join(lines, "\n"))
 			}
 		}},
-		{"embedded dns allowed", "v1;dns:127.0.0.11", 12, 1, func(t *testing.T, lines []string) {
+		{"embedded dns allowed", "v1;dns:127.0.0.11", 25, 3, func(t *testing.T, lines []string) {
 			if strings.Contains(strings.Join(lines, "\n"), "payload1+16 reject") {
 				t.Errorf("127.0.0.11 still refused although allowed:\n%s", strings.Join(lines, "\n"))
 			}
@@ -152,7 +190,7 @@ func TestRenderConstantRuleCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		counts[n] = p.Rules()
-		if len(p.sets) != 1 || len(p.sets[0].elems) != n {
+		if len(p.sets) != 3 || len(p.sets[0].elems) != n {
 			t.Fatalf("%d entries: %d sets, elements %d", n, len(p.sets), len(p.sets[0].elems))
 		}
 	}

@@ -85,10 +85,15 @@ func verifySets(c *nftables.Conn, p *plan) error {
 		}
 		g := got[i]
 		if g.KeyType.GetNFTMagic() != want.set.KeyType.GetNFTMagic() || g.KeyType.Bytes != want.set.KeyType.Bytes ||
-			g.Interval != want.set.Interval || g.Concatenation != want.set.Concatenation || g.IsMap || g.HasTimeout || g.Dynamic {
-			return fmt.Errorf("set %s has key %q (%d bytes) interval=%t concat=%t, want %q (%d bytes) interval=%t concat=%t",
-				g.Name, g.KeyType.Name, g.KeyType.Bytes, g.Interval, g.Concatenation,
-				want.set.KeyType.Name, want.set.KeyType.Bytes, want.set.Interval, want.set.Concatenation)
+			g.Interval != want.set.Interval || g.Concatenation != want.set.Concatenation || g.IsMap || g.HasTimeout ||
+			g.Dynamic != want.set.Dynamic || g.Size != want.set.Size {
+			return fmt.Errorf("set %s has key %q (%d bytes) interval=%t concat=%t dynamic=%t size=%d, want %q (%d bytes) interval=%t concat=%t dynamic=%t size=%d",
+				g.Name, g.KeyType.Name, g.KeyType.Bytes, g.Interval, g.Concatenation, g.Dynamic, g.Size,
+				want.set.KeyType.Name, want.set.KeyType.Bytes, want.set.Interval, want.set.Concatenation, want.set.Dynamic, want.set.Size)
+		}
+		if want.set.Dynamic {
+			// Filled by the packets it counts, never by us.
+			continue
 		}
 		elems, err := c.GetSetElements(g)
 		if err != nil {
@@ -153,7 +158,8 @@ func verifyRules(c *nftables.Conn, p *plan) error {
 }
 
 // sameExprs compares expressions by their netlink encoding, after clearing
-// what the kernel does not report back (a lookup's batch-local set id).
+// what the kernel does not report back (a set's batch-local id) and what
+// traffic changes (counters).
 func sameExprs(family byte, got, want []expr.Any) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("has %d expressions, want %d", len(got), len(want))
@@ -175,16 +181,32 @@ func sameExprs(family byte, got, want []expr.Any) error {
 }
 
 func marshalNormal(family byte, e expr.Any) ([]byte, error) {
-	if l, ok := e.(*expr.Lookup); ok {
-		n := *l
-		n.SetID = 0
-		e = &n
-	}
-	b, err := expr.Marshal(family, e)
+	b, err := expr.Marshal(family, normal(e))
 	if err != nil {
 		return nil, fmt.Errorf("failed to encode expression %T: %w", e, err)
 	}
 	return b, nil
+}
+
+// normal is e without what sameExprs ignores.
+func normal(e expr.Any) expr.Any {
+	switch x := e.(type) {
+	case *expr.Lookup:
+		n := *x
+		n.SetID = 0
+		return &n
+	case *expr.Counter:
+		return &expr.Counter{}
+	case *expr.Dynset:
+		n := *x
+		n.SetID = 0
+		n.Exprs = make([]expr.Any, len(x.Exprs))
+		for i, inner := range x.Exprs {
+			n.Exprs[i] = normal(inner)
+		}
+		return &n
+	}
+	return e
 }
 
 func eqPtr[T comparable](a, b *T) bool {
