@@ -9,20 +9,24 @@
 package hook
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
 	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/oci"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // Main runs the hook with the process's arguments (program name first) and
@@ -42,7 +46,9 @@ func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) 
 		fmt.Fprintf(stderr, "sforge-hook: %v; %s\n", err, Usage)
 		return 2
 	}
-	h := &Hook{EngineName: opts.Engine, Log: log}
+	// The audit log lives beside the hook's log unless told otherwise.
+	auditLog := cmp.Or(getenv(audit.Env), filepath.Join(filepath.Dir(opts.LogPath), "audit.jsonl"))
+	h := &Hook{EngineName: opts.Engine, Log: log, AuditLog: auditLog}
 	if err := h.Run(opts.Stage, stdin); err != nil {
 		fmt.Fprintln(stderr, "sforge-hook: "+oneLine(err.Error()))
 		return 1
@@ -61,6 +67,9 @@ type Hook struct {
 	// HostNetNS are the namespaces a container must not share; nil means
 	// init's and the hook's own.
 	HostNetNS []string
+	// AuditLog is where poststop records what the rules refused;
+	// audit.DefaultPath when empty.
+	AuditLog string
 }
 
 // Run executes stage for the container whose OCI state is on stdin. At
@@ -146,6 +155,11 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	}
 	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s",
 		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond))
+	if d.NetNSPath == "" {
+		// A namespace of the container's own dies with its processes,
+		// before poststop could read the counts: hold it until then.
+		h.keepNetNS(st, nsPath)
+	}
 	return nil
 }
 
@@ -160,14 +174,32 @@ func installFix(err error) string {
 	return "the container was not started; check that iptables works on this host (iptables -S)"
 }
 
-// poststop removes the container's rules when its network namespace
-// outlives it: a bind-mounted namespace, or another container's that it
-// joined. A namespace of its own died with the container and took the
-// rules with it, so there is nothing to do.
+// poststop records what the container's rules refused (see package
+// audit), then removes the rules when its network namespace outlives it: a
+// bind-mounted namespace, or another container's that it joined. A
+// namespace of its own is held from the start (by sforge-runtime or the
+// createRuntime hook) for the record and let go here; its rules go with
+// it.
 func (h *Hook) poststop(st *specs.State) {
 	cfg, err := oci.ReadConfig(st.Bundle)
 	if err != nil {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
+		return
+	}
+	if held := heldNetNS(st); pathExists(held) {
+		// sforge made or held this namespace itself: it is the
+		// container's own, never the host's.
+		allow, _, err := policy.Find(cfg.Spec.Annotations, oci.Env(cfg.Spec))
+		if err != nil {
+			h.Log.Printf("poststop container=%s error: %v", st.ID, err)
+		}
+		eng, err := h.engine(held)
+		if err != nil {
+			h.Log.Printf("poststop container=%s error: %v", st.ID, err)
+			_ = engine.ReleaseNetNS(held)
+			return
+		}
+		h.releaseNetNS(st, allow, eng)
 		return
 	}
 	n := oci.NetworkNamespace(cfg.Spec)
@@ -177,7 +209,8 @@ func (h *Hook) poststop(st *specs.State) {
 	// A container refused at start had nothing installed, and Decide
 	// refuses one whose namespace is the host's: the host's rules are
 	// never touched.
-	if d, err := oci.Decide(st.ID, cfg.Spec, oci.Options{HostNetNS: h.hostNetNS()}); err != nil || d == nil {
+	d, err := oci.Decide(st.ID, cfg.Spec, oci.Options{HostNetNS: h.hostNetNS()})
+	if err != nil || d == nil {
 		return
 	}
 	start := time.Now()
@@ -198,6 +231,7 @@ func (h *Hook) poststop(st *specs.State) {
 			return err
 		}
 	}
+	h.record(eng, engine.Target{NetNS: n.Path, ID: st.ID}, d.Allow)
 	err = eng.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
 	result := "ok"
 	switch {

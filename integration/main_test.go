@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/cniplugin"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testbin"
@@ -55,7 +56,7 @@ func run(m *testing.M) (int, error) {
 			return 0, err
 		}
 	}
-	for env, file := range map[string]string{hook.LogEnv: "hook.log", cniplugin.LogEnv: "cni.log"} {
+	for env, file := range map[string]string{hook.LogEnv: "hook.log", cniplugin.LogEnv: "cni.log", audit.Env: "audit.jsonl"} {
 		if os.Getenv(env) == "" {
 			if err := os.Setenv(env, filepath.Join(dir, file)); err != nil {
 				return 0, err

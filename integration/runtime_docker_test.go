@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/shim"
@@ -37,6 +38,7 @@ func TestRuntimeDocker(t *testing.T) {
 	}
 
 	t.Run("isolated", func(t *testing.T) { ds.isolated(t) })
+	t.Run("audit", func(t *testing.T) { ds.audited(t, os.Getenv(audit.Env)) })
 	// `--network container:X`.
 	t.Run("joins another container's namespace", func(t *testing.T) { ds.joinsNamespace(t) })
 	// A running isolated container: `docker exec` joins the container's
@@ -229,6 +231,22 @@ func (ds *dockerSforge) isolated(t *testing.T, extra ...string) {
 	if !strings.Contains(out, "DNS=fail") {
 		t.Errorf("the neighbour's name resolved through Docker's embedded DNS:\n%s", out)
 	}
+}
+
+// audited runs the audit probe in an isolated container and checks the
+// line its poststop hook appends to the audit log at path.
+func (ds *dockerSforge) audited(t *testing.T, path string) {
+	t.Helper()
+	d := ds.d
+	name := "audit-" + randSuffix()
+	d.MustDocker(t, append([]string{"run", "-d", "--name", name, "--network", "sfnet", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist,
+		ds.image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
+	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", name) })
+	id := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.Id}}", name))
+	d.MustDocker(t, "wait", name)
+	t.Logf("probe:\n%s", d.MustDocker(t, "logs", name))
+	d.MustDocker(t, "rm", name)
+	checkAudit(t, auditRecord(t, path, id), regAllowlist)
 }
 
 // execConfined starts an isolated container (extra added to docker run)

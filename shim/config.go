@@ -62,6 +62,10 @@ type Config struct {
 	// rules are removed by the engine that installed them. $SFORGE_ENGINE
 	// overrides it.
 	Engine string `json:"engine,omitempty"`
+	// AuditLog is where the poststop hook records what each isolated
+	// container's rules refused (default: audit.jsonl beside Log, that is
+	// /var/log/sforge/audit.jsonl). $SFORGE_AUDIT_LOG overrides it.
+	AuditLog string `json:"audit_log,omitempty"`
 }
 
 // LoadConfig reads the settings file (path "" means ConfigEnv, then

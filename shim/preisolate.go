@@ -3,6 +3,7 @@ package shim
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -159,9 +160,20 @@ func (s *Shim) preisolate(a Args, p *plan) error {
 	if err := p.netns.wait(); err != nil {
 		return &RefusedError{ID: a.ID, Cause: err.Error(), Fix: "nothing was created; check the host with `sforge doctor`"}
 	}
-	rep, err := p.engine.Install(engine.Target{NetNS: fmt.Sprintf("/proc/self/fd/%d", p.netns.fd), ID: a.ID}, p.decision.Allow)
+	nsPath := fmt.Sprintf("/proc/self/fd/%d", p.netns.fd)
+	rep, err := p.engine.Install(engine.Target{NetNS: nsPath, ID: a.ID}, p.decision.Allow)
 	if err != nil {
 		return &RefusedError{ID: a.ID, Cause: "failed to install the egress rules: " + err.Error(), Fix: "nothing was created; " + installFix(err)}
+	}
+	// Held in the bundle until the poststop hook has read the counts (a
+	// bind mount: no process of sforge's stays). Failing to hold it only
+	// loses the record at the container's end.
+	held := filepath.Join(p.bundle, engine.HeldNetNSName)
+	if err := engine.ReleaseNetNS(held); err == nil {
+		err = engine.HoldNetNS(nsPath, held)
+	}
+	if err != nil && s.Log != nil {
+		s.Log.Infof("container %s: its refused attempts will not be recorded: %v", a.ID, err)
 	}
 	if s.Log != nil {
 		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s), %s dropped",

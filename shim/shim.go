@@ -37,6 +37,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/engine/iptables"
@@ -75,7 +76,10 @@ type Shim struct {
 	// own log); $SFORGE_HOOK_LOG overrides it, "" leaves the hook's
 	// default.
 	HookLog string
-	Log     *Logger
+	// AuditLog is the audit log the poststop hook writes; $SFORGE_AUDIT_LOG
+	// overrides it, "" leaves the hook's default.
+	AuditLog string
+	Log      *Logger
 	// Getwd is the working directory (the default bundle); os.Getwd when nil.
 	Getwd func() (string, error)
 	// Getenv reads the environment; os.Getenv when nil.
@@ -129,6 +133,9 @@ type plan struct {
 	netns  *madeNetNS
 	engine engine.Engine
 	begin  time.Time
+	// bundle is the bundle directory, where a namespace the shim makes is
+	// held until poststop.
+	bundle string
 }
 
 func (s *Shim) getenv(k string) string {
@@ -240,7 +247,7 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 			return nil, fmt.Errorf("container %s: %w", a.ID, err)
 		}
 	}
-	p := &plan{cfg: cfg, decision: d, begin: begin}
+	p := &plan{cfg: cfg, decision: d, begin: begin, bundle: bundle}
 	if makesNetNS(d) {
 		// Choosing the engine can fail (no nftables, no iptables): find
 		// out before anything is made.
@@ -249,13 +256,16 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 				Fix: fmt.Sprintf("force one with \"engine\" in %s or $%s", DefaultConfigPath, engines.EnvVar)}
 		}
 		p.netns = makeNetNS(s.minNetNSFD(a))
+		// The poststop hook records the counts and lets the namespace go.
+		if err := s.addHooks(a.ID, cfg, StagePoststop); err != nil {
+			p.netns.discard()
+			return nil, err
+		}
 		return p, nil // preisolate writes the config once it names the namespace
 	}
-	stages := []string{StageCreateRuntime}
-	if d.NetNSPath != "" {
-		stages = append(stages, StagePoststop)
-	}
-	if err := s.addHooks(a.ID, cfg, stages...); err != nil {
+	// poststop records the counts, and removes the rules from a namespace
+	// given by path.
+	if err := s.addHooks(a.ID, cfg, StageCreateRuntime, StagePoststop); err != nil {
 		return nil, err
 	}
 	if err := cfg.Write(); err != nil {
@@ -295,6 +305,9 @@ func (s *Shim) addHooks(id string, cfg *oci.Config, stages ...string) error {
 		// the hook's log setting on, when the shim has one.
 		if v := cmp.Or(s.getenv(HookLogEnv), s.HookLog); v != "" {
 			h.Env = append(h.Env, HookLogEnv+"="+v)
+		}
+		if v := cmp.Or(s.getenv(audit.Env), s.AuditLog); v != "" {
+			h.Env = append(h.Env, audit.Env+"="+v)
 		}
 		if _, err := cfg.AddHook(stage, h); err != nil {
 			return fmt.Errorf("container %s: failed to add the %s hook: %w", id, stage, err)
@@ -353,7 +366,8 @@ func run(args []string, o mainOptions) int {
 		return 1
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
-		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, HookLog: hookLogBeside(cfg.Log), Log: log}
+		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, HookLog: beside(cfg.Log, "hook.log"),
+		AuditLog: cmp.Or(cfg.AuditLog, beside(cfg.Log, "audit.jsonl")), Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {
@@ -366,13 +380,13 @@ func run(args []string, o mainOptions) int {
 	return 1
 }
 
-// hookLogBeside is hook.log in the directory of the shim's log, "" when
-// the shim keeps none.
-func hookLogBeside(log string) string {
+// beside is the file name in the directory of the shim's log, "" when the
+// shim keeps none.
+func beside(log, name string) string {
 	if log == "" {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(log), "hook.log")
+	return filepath.Join(filepath.Dir(log), name)
 }
 
 // oneLine joins the lines of a message (errors.Join output, say): the

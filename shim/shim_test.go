@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -163,6 +164,7 @@ func newHarness(t *testing.T, spec string) *harness {
 	h.engineRec = filepath.Join(h.dir, "engine")
 	h.env = []string{fakeEngineEnv + "=" + h.engineRec}
 	t.Cleanup(func() {
+		_ = engine.ReleaseNetNS(filepath.Join(h.bundle, engine.HeldNetNSName))
 		b, _ := os.ReadFile(filepath.Join(h.rec, "sleepers"))
 		for _, f := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(f); err == nil {
@@ -279,15 +281,16 @@ func TestPassThroughUntouched(t *testing.T) {
 
 // A namespace given by path (it outlives the container) or a user
 // namespace (it must own the network namespace runc creates): the shim
-// adds sforge-hook at createRuntime, and at poststop for a namespace by
-// path, drops NET_RAW and execs runc with the command line unchanged.
+// adds sforge-hook at createRuntime and at poststop (the record, and the
+// rules' removal from a namespace by path), drops NET_RAW and execs runc
+// with the command line unchanged.
 func TestHookMode(t *testing.T) {
 	for _, tc := range []struct {
 		name, netns string
 		stages      []string
 	}{
 		{"netns path", `{"type":"network","path":"/var/run/netns/x"}`, []string{StageCreateRuntime, StagePoststop}},
-		{"user namespace", `{"type":"user"},{"type":"network"}`, []string{StageCreateRuntime}},
+		{"user namespace", `{"type":"user"},{"type":"network"}`, []string{StageCreateRuntime, StagePoststop}},
 		{"user namespace and netns path", `{"type":"user"},{"type":"network","path":"/var/run/netns/x"}`, []string{StageCreateRuntime, StagePoststop}},
 	} {
 		for _, command := range []string{"create", "run"} {
@@ -317,9 +320,11 @@ func TestHookMode(t *testing.T) {
 					if len(hs) != 1 || hs[0].Path != h.hook || !slices.Equal(hs[0].Args, []string{"sforge-hook", stage}) || hs[0].Timeout == nil || *hs[0].Timeout != DefaultHookTimeout {
 						t.Fatalf("%s hooks = %+v", stage, hs)
 					}
-					// The hook logs beside the runtime's log.
-					if want := HookLogEnv + "=" + filepath.Join(h.dir, "log", "hook.log"); !slices.Contains(hs[0].Env, want) {
-						t.Fatalf("%s hook env %q, want %q", stage, hs[0].Env, want)
+					// The hook logs, and records, beside the runtime's log.
+					for _, want := range []string{HookLogEnv + "=" + filepath.Join(h.dir, "log", "hook.log"), audit.Env + "=" + filepath.Join(h.dir, "log", "audit.jsonl")} {
+						if !slices.Contains(hs[0].Env, want) {
+							t.Fatalf("%s hook env %q, want %q", stage, hs[0].Env, want)
+						}
 					}
 				}
 				if held := oci.Holds(c.Spec.Process.Capabilities, oci.CapNetRaw); len(held) != 0 {
@@ -538,10 +543,16 @@ func TestCreateMadeNetNS(t *testing.T) {
 				if a, _ := ParseArgs(argv); fd < 3+a.PreserveFDs {
 					t.Fatalf("namespace at descriptor %d, inside the %d the container inherits", fd, a.PreserveFDs)
 				}
-				for _, stage := range []string{StageCreateRuntime, StagePoststop} {
-					if hs := oci.Hooks(c.Spec, stage); len(hs) != 0 {
-						t.Fatalf("%s hooks %+v", stage, hs)
-					}
+				// Only poststop, for the record; the namespace is held in
+				// the bundle until then.
+				if hs := oci.Hooks(c.Spec, StageCreateRuntime); len(hs) != 0 {
+					t.Fatalf("createRuntime hooks %+v", hs)
+				}
+				if hs := oci.Hooks(c.Spec, StagePoststop); len(hs) != 1 || !slices.Equal(hs[0].Args, []string{"sforge-hook", StagePoststop}) {
+					t.Fatalf("poststop hooks %+v", hs)
+				}
+				if !engine.HeldNetNS(filepath.Join(h.bundle, engine.HeldNetNSName)) {
+					t.Fatal("the namespace is not held in the bundle")
 				}
 				if held := oci.Holds(c.Spec.Process.Capabilities, oci.CapNetRaw); len(held) != 0 {
 					t.Fatalf("NET_RAW kept: %v", held)
@@ -643,7 +654,7 @@ func TestAddedHooksGetHookLog(t *testing.T) {
 	c, err := oci.ReadConfig(h.bundle)
 	must(t, err)
 	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
-		if hs := oci.Hooks(c.Spec, stage); len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"GOMAXPROCS=1", "SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log"}) {
+		if hs := oci.Hooks(c.Spec, stage); len(hs) != 1 || !slices.Equal(hs[0].Env, []string{"GOMAXPROCS=1", "SFORGE_HOOK_LOG=/var/tmp/sforge-hook-test.log", "SFORGE_AUDIT_LOG=" + filepath.Join(h.dir, "log", "audit.jsonl")}) {
 			t.Fatalf("%s hooks = %+v", stage, hs)
 		}
 	}

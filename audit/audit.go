@@ -1,0 +1,150 @@
+// Package audit is the record of what an isolated container's rules
+// refused: one JSON line per container, written when its workload ends
+// (at the runtime's poststop, at the CNI DEL of a Pod), in an append-only
+// file. The line says which container, under which allowlist, and how
+// many packets to which destinations the rules refused, as read back from
+// the kernel's counters.
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sforge-dev/netiso/engine"
+)
+
+// DefaultPath is the audit log when nothing else is configured.
+const DefaultPath = "/var/log/sforge/audit.jsonl"
+
+// Env overrides the audit log's path for the runtime, its hooks and the
+// CNI plugin.
+const Env = "SFORGE_AUDIT_LOG"
+
+// Schema names the line's format; it changes only with a new name.
+const Schema = "sforge.io/audit/v1"
+
+// MaxLine bounds a line read back; a written line is far smaller (the
+// per-destination counts are bounded by the engine).
+const MaxLine = 1 << 20
+
+// Record is one line of the audit log.
+type Record struct {
+	Schema string    `json:"schema"`
+	Time   time.Time `json:"time"`
+	// Container is the container's id (the Pod sandbox's for Kubernetes).
+	Container string `json:"container"`
+	// Pod and Namespace name a Kubernetes Pod.
+	Pod       string `json:"pod,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// Source is the sforge component that read the counts.
+	Source string `json:"source"`
+	// Engine is the rule engine that counted.
+	Engine string `json:"engine"`
+	// Allowlist is the container's allowlist in its annotation form.
+	Allowlist string `json:"allowlist"`
+	// BlockedTotal counts every refused packet; Blocked the refused
+	// destinations, most refused first; BlockedUncounted the part of the
+	// total Blocked does not hold (see engine.Refused).
+	BlockedTotal     uint64                      `json:"blocked_total"`
+	Blocked          []engine.RefusedDestination `json:"blocked"`
+	BlockedUncounted uint64                      `json:"blocked_uncounted,omitempty"`
+	PerDestination   bool                        `json:"per_destination"`
+	// Error says why the counts could not be read, when they could not.
+	Error string `json:"error,omitempty"`
+}
+
+// NewRecord fills a record from an engine's counts.
+func NewRecord(container, source, engineName, allowlist string, r engine.Refused) Record {
+	blocked := r.Destinations
+	if blocked == nil {
+		blocked = []engine.RefusedDestination{}
+	}
+	return Record{
+		Schema: Schema, Time: time.Now().UTC(), Container: container, Source: source, Engine: engineName,
+		Allowlist: allowlist, BlockedTotal: r.Total, Blocked: blocked, BlockedUncounted: r.Uncounted,
+		PerDestination: r.PerDestination,
+	}
+}
+
+// Append writes r as one line at the end of the log at path, creating it
+// (and its directory) when needed. The line goes out in one write(2) on a
+// descriptor opened with O_APPEND, so concurrent writers never interleave
+// their lines.
+func Append(path string, r Record) error {
+	if r.Schema == "" {
+		r.Schema = Schema
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("failed to encode the audit record: %w", err)
+	}
+	line = append(line, '\n')
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("failed to create the audit log's directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("failed to open the audit log: %w", err)
+	}
+	n, werr := f.Write(line)
+	cerr := f.Close()
+	switch {
+	case werr != nil:
+		return fmt.Errorf("failed to write the audit log %s: %w", path, werr)
+	case n != len(line):
+		return fmt.Errorf("failed to write the audit log %s: short write", path)
+	case cerr != nil:
+		return fmt.Errorf("failed to write the audit log %s: %w", path, cerr)
+	}
+	return nil
+}
+
+// Read parses an audit log, oldest line first. A line that is not a
+// record (cut short by a full disk, say) is an error naming its number.
+func Read(r io.Reader) ([]Record, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), MaxLine)
+	var out []Record
+	n := 0
+	for sc.Scan() {
+		n++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return out, fmt.Errorf("line %d: not an audit record: %w", n, err)
+		}
+		if rec.Schema != Schema {
+			return out, fmt.Errorf("line %d: schema %q, want %q", n, rec.Schema, Schema)
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return out, fmt.Errorf("line %d is longer than %d bytes", n+1, MaxLine)
+		}
+		return out, err
+	}
+	return out, nil
+}
+
+// ReadFile is Read of the file at path.
+func ReadFile(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := Read(f)
+	if err != nil {
+		return recs, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, nil
+}

@@ -1,0 +1,95 @@
+package audit
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sforge-dev/netiso/engine"
+)
+
+func TestAppendRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "audit.jsonl")
+	r := engine.Refused{Total: 5, Uncounted: 1, PerDestination: true, Destinations: []engine.RefusedDestination{
+		{Proto: "tcp", Destination: netip.MustParseAddr("198.51.100.7"), Port: 443, Count: 4},
+	}}
+	if err := Append(path, NewRecord("c1", "sforge-hook", "nftables", "v1;tcp:198.51.100.10:8080", r)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Append(path, NewRecord("c2", "sforge-hook", "iptables-nft", "v1", engine.Refused{})); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) != 2 ||
+		!strings.Contains(lines[0], `"blocked":[{"proto":"tcp","destination":"198.51.100.7","port":443,"count":4}]`) ||
+		!strings.Contains(lines[1], `"blocked":[]`) {
+		t.Fatalf("lines:\n%s", data)
+	}
+	recs, err := ReadFile(path)
+	if err != nil || len(recs) != 2 || recs[0].Container != "c1" || recs[0].BlockedTotal != 5 || recs[0].Blocked[0].Port != 443 || recs[1].Container != "c2" {
+		t.Fatalf("read back %+v, %v", recs, err)
+	}
+}
+
+// Concurrent writers never interleave lines.
+func TestAppendConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	var dests []engine.RefusedDestination
+	for i := range 500 {
+		dests = append(dests, engine.RefusedDestination{Proto: "udp", Destination: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Port: uint16(i), Count: 1})
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := NewRecord(strings.Repeat("x", i+1), "test", "nftables", "v1", engine.Refused{Total: 500, Destinations: dests, PerDestination: true})
+			if err := Append(path, rec); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	recs, err := ReadFile(path)
+	if err != nil || len(recs) != 16 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+}
+
+func TestReadRefusesBadLines(t *testing.T) {
+	for _, in := range []string{
+		"{not json}\n",
+		`{"schema":"other/v9","container":"c"}` + "\n",
+		`{"schema":"sforge.io/audit/v1","blocked_total":"many"}` + "\n",
+	} {
+		if _, err := Read(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: err %v, want one naming line 1", in, err)
+		}
+	}
+	long := `{"schema":"sforge.io/audit/v1","container":"` + strings.Repeat("a", MaxLine) + `"}`
+	if _, err := Read(strings.NewReader(long)); err == nil {
+		t.Error("a line over MaxLine was read")
+	}
+}
+
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"schema":"sforge.io/audit/v1","time":"2026-12-02T00:00:00Z","container":"c","blocked_total":3,"blocked":[{"proto":"tcp","destination":"198.51.100.1","port":80,"count":3}]}` + "\n"))
+	f.Add([]byte("\n\n{}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs, err := Read(bytes.NewReader(data))
+		if err == nil {
+			for _, r := range recs {
+				if r.Schema != Schema {
+					t.Fatalf("record of schema %q accepted", r.Schema)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,70 @@
+package hook
+
+import (
+	"cmp"
+	"errors"
+	"path/filepath"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sforge-dev/netiso/audit"
+	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Source names the hook in audit records.
+const Source = "sforge-hook"
+
+// record reads what the target's rules refused and appends the audit
+// line. It never fails the caller: a problem goes into the line and the
+// log.
+func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist) {
+	start := time.Now()
+	value, _ := policy.Encode(allow)
+	r, err := eng.Refused(t)
+	rec := audit.NewRecord(t.ID, Source, eng.Name(), value, r)
+	if err != nil {
+		rec.Error = oneLine(err.Error())
+	}
+	path := cmp.Or(h.AuditLog, audit.DefaultPath)
+	if err := audit.Append(path, rec); err != nil {
+		h.Log.Printf("audit container=%s error: %v", t.ID, err)
+		return
+	}
+	h.Log.Printf("audit container=%s blocked=%d destinations=%d duration=%s%s", t.ID, r.Total, len(r.Destinations),
+		time.Since(start).Round(time.Microsecond), errSuffix(err))
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " error=" + oneLine(err.Error())
+}
+
+// heldNetNS is where the container's own namespace is held, in its bundle.
+func heldNetNS(st *specs.State) string { return filepath.Join(st.Bundle, engine.HeldNetNSName) }
+
+// keepNetNS keeps the container's own network namespace until poststop, for
+// the counts. Failing to is not the container's failure: the rules are in
+// place, only the record at its end will be missing, which the log says.
+func (h *Hook) keepNetNS(st *specs.State, nsPath string) {
+	held := heldNetNS(st)
+	err := engine.ReleaseNetNS(held) // one an earlier run of this bundle left
+	if err == nil {
+		err = engine.HoldNetNS(nsPath, held)
+	}
+	if err != nil {
+		h.Log.Printf("hold container=%s: its refused attempts will not be recorded: %v", st.ID, err)
+	}
+}
+
+// releaseNetNS records the counts of a held namespace and lets it go.
+func (h *Hook) releaseNetNS(st *specs.State, allow policy.Allowlist, eng engine.Engine) {
+	held := heldNetNS(st)
+	h.record(eng, engine.Target{NetNS: held, ID: st.ID}, allow)
+	if err := engine.ReleaseNetNS(held); err != nil && !errors.Is(err, engine.ErrNetNSGone) {
+		h.Log.Printf("release container=%s error: %v", st.ID, err)
+	}
+}
