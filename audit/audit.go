@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sforge-dev/netiso/engine"
@@ -147,4 +149,47 @@ func ReadFile(path string) ([]Record, error) {
 		return recs, fmt.Errorf("%s: %w", path, err)
 	}
 	return recs, nil
+}
+
+// Summary says in one sentence what was refused, for a log line, an Event
+// or the end of a run: "14 attempts to 3 forbidden destinations were
+// refused", and the busiest destinations after a colon (at most max).
+func Summary(total uint64, blocked []engine.RefusedDestination, max int) string {
+	if total == 0 {
+		return "no attempt to reach a forbidden destination was refused"
+	}
+	s := fmt.Sprintf("%d %s", total, plural(total, "attempt", "attempts"))
+	if len(blocked) > 0 {
+		s += fmt.Sprintf(" to %d forbidden %s", len(blocked), plural(uint64(len(blocked)), "destination", "destinations"))
+	}
+	s += " " + plural(total, "was", "were") + " refused"
+	if max <= 0 || len(blocked) == 0 {
+		return s
+	}
+	var parts []string
+	for i, d := range blocked {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("and %d more", len(blocked)-max))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d", Destination(d), d.Count))
+	}
+	return s + ": " + strings.Join(parts, ", ")
+}
+
+// Destination writes a refused destination as "tcp 198.51.100.7:443",
+// "tcp [2001:db8::1]:443", or "icmp 198.51.100.7" for protocols without
+// ports.
+func Destination(d engine.RefusedDestination) string {
+	if d.Port == 0 && d.Proto != "tcp" && d.Proto != "udp" {
+		return d.Proto + " " + d.Destination.String()
+	}
+	return d.Proto + " " + netip.AddrPortFrom(d.Destination, d.Port).String()
+}
+
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -93,3 +93,27 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+func TestSummary(t *testing.T) {
+	d := func(proto, addr string, port uint16, n uint64) engine.RefusedDestination {
+		return engine.RefusedDestination{Proto: proto, Destination: netip.MustParseAddr(addr), Port: port, Count: n}
+	}
+	blocked := []engine.RefusedDestination{d("tcp", "198.51.100.7", 443, 9), d("tcp", "2001:db8::1", 443, 3), d("icmp", "203.0.113.1", 0, 2)}
+	for _, tc := range []struct {
+		total uint64
+		b     []engine.RefusedDestination
+		max   int
+		want  string
+	}{
+		{0, nil, 3, "no attempt to reach a forbidden destination was refused"},
+		{1, blocked[:1], 0, "1 attempt to 1 forbidden destination was refused"},
+		{14, blocked, 0, "14 attempts to 3 forbidden destinations were refused"},
+		{14, blocked, 2, "14 attempts to 3 forbidden destinations were refused: tcp 198.51.100.7:443 ×9, tcp [2001:db8::1]:443 ×3, and 1 more"},
+		{14, blocked, 5, "14 attempts to 3 forbidden destinations were refused: tcp 198.51.100.7:443 ×9, tcp [2001:db8::1]:443 ×3, icmp 203.0.113.1 ×2"},
+		{5, nil, 3, "5 attempts were refused"},
+	} {
+		if got := Summary(tc.total, tc.b, tc.max); got != tc.want {
+			t.Errorf("Summary(%d, %d destinations, %d) = %q, want %q", tc.total, len(tc.b), tc.max, got, tc.want)
+		}
+	}
+}

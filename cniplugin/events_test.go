@@ -16,8 +16,8 @@ type fakeEvents struct {
 	dl    time.Duration
 }
 
-func (f *fakeEvents) Enforced(ctx context.Context, kubeconfig, ns, name, uid, msg string) error {
-	f.calls = append(f.calls, strings.Join([]string{kubeconfig, ns, name, uid, msg}, "|"))
+func (f *fakeEvents) Record(ctx context.Context, kubeconfig, ns, name, uid, reason, msg string) error {
+	f.calls = append(f.calls, strings.Join([]string{kubeconfig, ns, name, uid, msg, reason}, "|"))
 	if d, ok := ctx.Deadline(); ok {
 		f.dl = time.Until(d)
 	}
@@ -81,7 +81,7 @@ func TestAddEventIsBestEffort(t *testing.T) {
 				t.Fatal(err)
 			}
 			log, _ := os.ReadFile(cf.LogFile)
-			if !strings.Contains(string(log), "EVENT pod=default/agent-1 failed") {
+			if !strings.Contains(string(log), "EVENT SforgeEgressEnforced pod=default/agent-1 failed") {
 				t.Errorf("log lacks the event failure:\n%s", log)
 			}
 		})

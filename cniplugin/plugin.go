@@ -1,6 +1,7 @@
 package cniplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -37,7 +39,7 @@ type PodInfo struct {
 // EventRecorder records the Event that tells `sforge verify` the plugin
 // enforced a Pod's allowlist (reason policy.EnforcedEventReason).
 type EventRecorder interface {
-	Enforced(ctx context.Context, kubeconfig, namespace, name, uid, message string) error
+	Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string) error
 }
 
 // DefaultEventTimeout bounds the Event's recording: it must never slow the
@@ -104,7 +106,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return fmt.Errorf("sforge-cni: pod %s: failed to install egress rules, refusing to start it: %w", podName(args), err)
 		}
 		p.logf(conf, "ADD container=%s pod=%s engine=%s rules=%d ipv6=%s duration=%s", args.ContainerID, podName(args), rep.Engine, rep.Rules, rep.IPv6, p.now().Sub(start).Round(time.Microsecond))
-		p.recordEnforced(conf, args, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID))
+		p.recordEvent(conf, args, policy.EnforcedEventReason, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID))
 	}
 	// Pass the previous result through, in the version the runtime asked for.
 	out, err := prev.GetAsVersion(conf.CNIVersion)
@@ -138,6 +140,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err != nil {
 		return fmt.Errorf("sforge-cni: failed to select rule engine: %w", err)
 	}
+	p.record(conf, args, eng)
 	if err := eng.Remove(engine.Target{NetNS: args.Netns, ID: args.ContainerID}); err != nil && !errors.Is(err, engine.ErrNetNSGone) {
 		return fmt.Errorf("sforge-cni: failed to remove egress rules of %s: %w", args.ContainerID, err)
 	}
@@ -233,10 +236,10 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 	return a, true, nil
 }
 
-// recordEnforced records the enforcement Event when the netconf asks for
-// it. The rules are installed already: a failure here is logged and
-// changes nothing else.
-func (p *Plugin) recordEnforced(conf *NetConf, args *skel.CmdArgs, message string) {
+// recordEvent records an Event with reason on the Pod when the netconf
+// asks for it (eventKubeconfig). The rules are in place or gone already: a
+// failure here is logged and changes nothing else.
+func (p *Plugin) recordEvent(conf *NetConf, args *skel.CmdArgs, reason, message string) {
 	if p.Events == nil || conf.EventKubeconfig == "" {
 		return
 	}
@@ -251,8 +254,8 @@ func (p *Plugin) recordEnforced(conf *NetConf, args *skel.CmdArgs, message strin
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := p.now()
-	if err := p.Events.Enforced(ctx, conf.EventKubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID), message); err != nil {
-		p.logf(conf, "EVENT pod=%s failed after %s (the rules are installed; only the evidence for sforge verify is missing): %v", podName(args), p.now().Sub(start).Round(time.Millisecond), err)
+	if err := p.Events.Record(ctx, conf.EventKubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID), reason, message); err != nil {
+		p.logf(conf, "EVENT %s pod=%s failed after %s (the rules are unaffected; only this evidence is missing): %v", reason, podName(args), p.now().Sub(start).Round(time.Millisecond), err)
 	}
 }
 
@@ -272,14 +275,47 @@ func (p *Plugin) now() time.Time {
 
 // logf appends one line to the log file; a log that cannot be written never
 // changes the outcome.
+// record appends the Pod's audit line (see package audit) with what its
+// rules refused, logs its summary and, with eventKubeconfig, records it as
+// an Event on the Pod. A sandbox without rules of ours has no line. It
+// never fails the DEL.
+func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
+	r, err := eng.Refused(engine.Target{NetNS: args.Netns, ID: args.ContainerID})
+	if errors.Is(err, engine.ErrNotInstalled) || errors.Is(err, engine.ErrNetNSGone) {
+		return
+	}
+	var value string
+	if a, found, aerr := policy.Find(conf.RuntimeConfig.PodAnnotations, nil); aerr == nil && found {
+		a.DNS = append(a.DNS, conf.dnsServers()...)
+		value, _ = policy.Encode(a)
+	}
+	rec := audit.NewRecord(args.ContainerID, "sforge-cni", eng.Name(), value, r)
+	if k, kerr := ParseK8sArgs(args.Args); kerr == nil {
+		rec.Pod, rec.Namespace = string(k.K8S_POD_NAME), string(k.K8S_POD_NAMESPACE)
+	}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	path := cmp.Or(os.Getenv(audit.Env), filepath.Join(filepath.Dir(logPath(conf)), "audit.jsonl"))
+	if werr := audit.Append(path, rec); werr != nil {
+		p.logf(conf, "AUDIT container=%s pod=%s error: %v", args.ContainerID, podName(args), werr)
+	}
+	summary := audit.Summary(r.Total, r.Destinations, 5)
+	if err != nil {
+		summary = "the refused attempts could not be read: " + err.Error()
+	}
+	p.logf(conf, "AUDIT container=%s pod=%s blocked=%d destinations=%d: %s", args.ContainerID, podName(args), r.Total, len(r.Destinations), summary)
+	p.recordEvent(conf, args, policy.RefusedEventReason, "sforge-cni: "+summary)
+}
+
+// logPath is the plugin's log: the netconf's logFile, else LogEnv, else
+// DefaultLogFile.
+func logPath(conf *NetConf) string {
+	return cmp.Or(conf.LogFile, os.Getenv(LogEnv), DefaultLogFile)
+}
+
 func (p *Plugin) logf(conf *NetConf, format string, args ...any) {
-	path := conf.LogFile
-	if path == "" {
-		path = os.Getenv(LogEnv)
-	}
-	if path == "" {
-		path = DefaultLogFile
-	}
+	path := logPath(conf)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -220,8 +221,8 @@ func TestDel(t *testing.T) {
 	if err := p.Del(cmdArgs(nsPath, netconf(t, map[string]any{"prevResult": nil}))); err != nil {
 		t.Fatal(err)
 	}
-	if len(eng.calls) != 1 || eng.calls[0] != "remove sandbox1" {
-		t.Fatalf("calls = %v", eng.calls)
+	if len(eng.calls) != 2 || eng.calls[0] != "refused sandbox1" || eng.calls[1] != "remove sandbox1" {
+		t.Fatalf("calls = %v, want the counts read, then the rules removed", eng.calls)
 	}
 	// Gone namespace, empty netns, engine reporting the namespace gone: success.
 	eng.calls = nil
@@ -349,5 +350,39 @@ func TestAddRefusesPodKeepingNetRaw(t *testing.T) {
 				t.Fatal("rules not installed")
 			}
 		})
+	}
+}
+
+// TestDelRecords: DEL appends the Pod's audit line beside the plugin's log,
+// logs its summary and, with eventKubeconfig, records it as an Event.
+func TestDelRecords(t *testing.T) {
+	dir := t.TempDir()
+	nsPath := filepath.Join(dir, "netns")
+	if err := os.WriteFile(nsPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, _, _, _ := newTestPlugin()
+	ev := &fakeEvents{}
+	p.Events = ev
+	conf := annotations("v1;tcp:10.0.0.12:8080")
+	conf["eventKubeconfig"] = "/etc/sforge/events.kubeconfig"
+	conf["logFile"] = filepath.Join(dir, "cni.log")
+	if err := p.Del(cmdArgs(nsPath, netconf(t, conf))); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("audit records %+v, %v", recs, err)
+	}
+	r := recs[0]
+	if r.Container != "sandbox1" || r.Pod != "agent-1" || r.Namespace != "default" || r.Source != "sforge-cni" || r.BlockedTotal != 1 || r.Allowlist != "v1;tcp:10.0.0.12:8080" {
+		t.Errorf("audit record %+v", r)
+	}
+	if len(ev.calls) != 1 || !strings.HasSuffix(ev.calls[0], "|"+policy.RefusedEventReason) || !strings.Contains(ev.calls[0], "1 attempt was refused") {
+		t.Errorf("events %q", ev.calls)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "cni.log"))
+	if !strings.Contains(string(log), "AUDIT container=sandbox1 pod=default/agent-1 blocked=1") {
+		t.Errorf("log:\n%s", log)
 	}
 }

@@ -2,7 +2,6 @@ package hook
 
 import (
 	"cmp"
-	"errors"
 	"path/filepath"
 	"time"
 
@@ -27,7 +26,7 @@ func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist
 	if err != nil {
 		rec.Error = oneLine(err.Error())
 	}
-	path := cmp.Or(h.AuditLog, audit.DefaultPath)
+	path := cmp.Or(h.AuditLog, filepath.Join(filepath.Dir(cmp.Or(h.Log.Path, DefaultLogPath)), "audit.jsonl"))
 	if err := audit.Append(path, rec); err != nil {
 		h.Log.Printf("audit container=%s error: %v", t.ID, err)
 		return
@@ -57,14 +56,5 @@ func (h *Hook) keepNetNS(st *specs.State, nsPath string) {
 	}
 	if err != nil {
 		h.Log.Printf("hold container=%s: its refused attempts will not be recorded: %v", st.ID, err)
-	}
-}
-
-// releaseNetNS records the counts of a held namespace and lets it go.
-func (h *Hook) releaseNetNS(st *specs.State, allow policy.Allowlist, eng engine.Engine) {
-	held := heldNetNS(st)
-	h.record(eng, engine.Target{NetNS: held, ID: st.ID}, allow)
-	if err := engine.ReleaseNetNS(held); err != nil && !errors.Is(err, engine.ErrNetNSGone) {
-		h.Log.Printf("release container=%s error: %v", st.ID, err)
 	}
 }

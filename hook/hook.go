@@ -9,12 +9,10 @@
 package hook
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,9 +44,7 @@ func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) 
 		fmt.Fprintf(stderr, "sforge-hook: %v; %s\n", err, Usage)
 		return 2
 	}
-	// The audit log lives beside the hook's log unless told otherwise.
-	auditLog := cmp.Or(getenv(audit.Env), filepath.Join(filepath.Dir(opts.LogPath), "audit.jsonl"))
-	h := &Hook{EngineName: opts.Engine, Log: log, AuditLog: auditLog}
+	h := &Hook{EngineName: opts.Engine, Log: log, AuditLog: getenv(audit.Env)}
 	if err := h.Run(opts.Stage, stdin); err != nil {
 		fmt.Fprintln(stderr, "sforge-hook: "+oneLine(err.Error()))
 		return 1
@@ -68,7 +64,7 @@ type Hook struct {
 	// init's and the hook's own.
 	HostNetNS []string
 	// AuditLog is where poststop records what the rules refused;
-	// audit.DefaultPath when empty.
+	// audit.jsonl beside the log when empty.
 	AuditLog string
 }
 
@@ -155,11 +151,10 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	}
 	h.Log.Printf("install container=%s stage=%s engine=%s chain=%s rules=%d ipv6=%s duration=%s",
 		st.ID, stage, rep.Engine, rep.Chain, rep.Rules, rep.IPv6, rep.Duration.Round(time.Microsecond))
-	if d.NetNSPath == "" {
-		// A namespace of the container's own dies with its processes,
-		// before poststop could read the counts: hold it until then.
-		h.keepNetNS(st, nsPath)
-	}
+	// A namespace of the container's own dies with its processes, and
+	// one given by path may be gone (podman tears its network down first)
+	// before poststop could read the counts: hold it until then.
+	h.keepNetNS(st, nsPath)
 	return nil
 }
 
@@ -187,19 +182,7 @@ func (h *Hook) poststop(st *specs.State) {
 		return
 	}
 	if held := heldNetNS(st); pathExists(held) {
-		// sforge made or held this namespace itself: it is the
-		// container's own, never the host's.
-		allow, _, err := policy.Find(cfg.Spec.Annotations, oci.Env(cfg.Spec))
-		if err != nil {
-			h.Log.Printf("poststop container=%s error: %v", st.ID, err)
-		}
-		eng, err := h.engine(held)
-		if err != nil {
-			h.Log.Printf("poststop container=%s error: %v", st.ID, err)
-			_ = engine.ReleaseNetNS(held)
-			return
-		}
-		h.releaseNetNS(st, allow, eng)
+		h.poststopHeld(st, cfg, held)
 		return
 	}
 	n := oci.NetworkNamespace(cfg.Spec)
@@ -213,26 +196,62 @@ func (h *Hook) poststop(st *specs.State) {
 	if err != nil || d == nil {
 		return
 	}
-	start := time.Now()
 	opened := h.Engine == nil // ours to configure
 	eng, err := h.engine(n.Path)
 	if err != nil {
 		h.Log.Printf("remove container=%s error: %v", st.ID, err)
 		return
 	}
+	t := engine.Target{NetNS: n.Path, ID: st.ID}
+	h.record(eng, t, d.Allow)
+	h.remove(eng, t, opened)
+}
+
+// poststopHeld serves a container whose namespace sforge held from its
+// start (sforge-runtime made it, or the createRuntime hook found it): it
+// is the container's, never the host's (both refuse that at start). The
+// counts are recorded; the rules are removed when the namespace outlives
+// the container (given by path, not made for it); the hold goes.
+func (h *Hook) poststopHeld(st *specs.State, cfg *oci.Config, held string) {
+	defer func() {
+		if err := engine.ReleaseNetNS(held); err != nil {
+			h.Log.Printf("release container=%s error: %v", st.ID, err)
+		}
+	}()
+	allow, _, err := policy.Find(cfg.Spec.Annotations, oci.Env(cfg.Spec))
+	if err != nil {
+		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
+	}
+	opened := h.Engine == nil
+	eng, err := h.engine(held)
+	if err != nil {
+		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
+		return
+	}
+	t := engine.Target{NetNS: held, ID: st.ID}
+	h.record(eng, t, allow)
+	if n := oci.NetworkNamespace(cfg.Spec); n != nil && n.Path != "" && n.Path != cfg.Spec.Annotations[oci.PreisolatedAnnotation] {
+		h.remove(eng, t, opened)
+	}
+}
+
+// remove deletes the target's rules from a namespace that outlives the
+// container. opened says the engine is the hook's own, whose netlink
+// socket may be handed to a holder (see holdNetlink).
+func (h *Hook) remove(eng engine.Engine, t engine.Target, opened bool) {
+	start := time.Now()
 	handedOff := false
 	if e, ok := eng.(*nftables.Engine); ok && opened {
 		e.HandOff = func(sock *os.File) error {
 			err := holdNetlink(sock)
 			handedOff = err == nil
 			if err != nil {
-				h.Log.Printf("remove container=%s: no holder for the netlink socket (%v); waiting for the kernel here", st.ID, err)
+				h.Log.Printf("remove container=%s: no holder for the netlink socket (%v); waiting for the kernel here", t.ID, err)
 			}
 			return err
 		}
 	}
-	h.record(eng, engine.Target{NetNS: n.Path, ID: st.ID}, d.Allow)
-	err = eng.Remove(engine.Target{NetNS: n.Path, ID: st.ID})
+	err := eng.Remove(t)
 	result := "ok"
 	switch {
 	case errors.Is(err, engine.ErrNetNSGone):
@@ -245,7 +264,7 @@ func (h *Hook) poststop(st *specs.State) {
 		socket = " socket=handed-off"
 	}
 	h.Log.Printf("remove container=%s engine=%s netns=%s duration=%s result=%s%s",
-		st.ID, eng.Name(), n.Path, time.Since(start).Round(time.Microsecond), result, socket)
+		t.ID, eng.Name(), t.NetNS, time.Since(start).Round(time.Microsecond), result, socket)
 }
 
 // oneLine joins the lines of a message (errors.Join output, say) so that

@@ -46,6 +46,8 @@ func bundle(t *testing.T, edit func(*specs.Spec)) string {
 		edit(s)
 	}
 	dir := t.TempDir()
+	// What an install holds there goes before the directory does.
+	t.Cleanup(func() { _ = engine.ReleaseNetNS(filepath.Join(dir, engine.HeldNetNSName)) })
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ var (
 )
 
 // auditRecord waits (bounded) for the audit line of container id in the
-// log at path and returns it.
+// log at path and returns it (the last one, should the id recur).
 func auditRecord(t *testing.T, path, id string) audit.Record {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -42,6 +42,7 @@ func auditRecord(t *testing.T, path, id string) audit.Record {
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatalf("audit log: %v", err)
 		}
+		slices.Reverse(recs)
 		if i := slices.IndexFunc(recs, func(r audit.Record) bool { return r.Container == id }); i >= 0 {
 			return recs[i]
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/internal/testbin"
@@ -31,6 +32,7 @@ import (
 // address plays the Judge (AllowedPort allowed, OtherPort not) and an
 // address on its loopback plays the internet.
 type cniNode struct {
+	engine  string
 	node    ns.NetNS
 	cni     *libcni.CNIConfig
 	list    *libcni.NetworkConfigList
@@ -90,6 +92,7 @@ func newCNINode(t *testing.T, engineName string) *cniNode {
 		t.Fatalf("conflist: %v", err)
 	}
 	n := &cniNode{
+		engine:  engineName,
 		node:    testenv.NewNetNS(t),
 		cni:     libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
 		list:    list,
@@ -247,7 +250,7 @@ func (n *cniNode) addSforgeOnly(t *testing.T, p *pod, allow string) {
 		t.Fatal(err)
 	}
 	conf, err := json.Marshal(map[string]any{
-		"cniVersion": "1.0.0", "name": "sforge-test", "type": "sforge-cni", "logFile": n.logFile,
+		"cniVersion": "1.0.0", "name": "sforge-test", "type": "sforge-cni", "logFile": n.logFile, "engine": n.engine,
 		"prevResult":    json.RawMessage(prev),
 		"runtimeConfig": map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{policy.AnnotationKey: allow}},
 	})
@@ -335,8 +338,43 @@ func testCNIChain(t *testing.T, engineName string) {
 		t.Fatal("second ADD did not restore enforcement")
 	}
 
+	// Known attempts since that ADD: DEL records them.
+	for range 2 {
+		if o := reach(t, isolated, testnet.InternetAddr.String(), testnet.AllowedPort); !o.Blocked() {
+			t.Fatal("isolated pod reached the internet")
+		}
+	}
+	if o := reach(t, isolated, cniGateway6, testnet.AllowedPort); !o.Blocked() {
+		t.Fatal("isolated pod reached the judge over IPv6")
+	}
+
 	if err := n.del(t, isolated); err != nil {
 		t.Fatalf("DEL: %v", err)
+	}
+	if log, _ := os.ReadFile(n.logFile); !strings.Contains(string(log), "AUDIT container=isolated-pod") {
+		t.Fatalf("no AUDIT line in the plugin's log:\n%s", log)
+	}
+	rec := auditRecord(t, os.Getenv(audit.Env), "isolated-pod")
+	t.Logf("audit line: %+v", rec)
+	if rec.Pod != "isolated-pod" || rec.Namespace != "default" || rec.Source != "sforge-cni" || rec.BlockedTotal != 4 || !strings.HasPrefix(rec.Allowlist, allow+";") || rec.Error != "" {
+		t.Errorf("audit line %+v, want pod default/isolated-pod, 4 refused, allowlist %s", rec, allow)
+	}
+	if rec.PerDestination {
+		var got []string
+		for _, d := range rec.Blocked {
+			got = append(got, fmt.Sprintf("%s %s %d: %d", d.Proto, d.Destination, d.Port, d.Count))
+		}
+		want := []string{
+			fmt.Sprintf("tcp %s %d: 2", testnet.InternetAddr, testnet.AllowedPort),
+			fmt.Sprintf("tcp %s %d: 1", cniGateway, testnet.OtherPort),
+			fmt.Sprintf("tcp %s %d: 1", cniGateway6, testnet.AllowedPort),
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("blocked:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if log, _ := os.ReadFile(n.logFile); !strings.Contains(string(log), "AUDIT container=isolated-pod pod=default/isolated-pod blocked=4") || strings.Contains(string(log), "AUDIT container=open-pod") {
+		t.Errorf("no AUDIT line in the plugin's log:\n%s", log)
 	}
 	if err := eng.Check(target, mustDecode(t, allow)); err == nil {
 		t.Fatal("rules still installed after DEL")

@@ -97,7 +97,7 @@ func TestHookPoststopHandsOff(t *testing.T) {
 		t.Helper()
 		var line string
 		for _, l := range strings.Split(b.Log(), "\n") {
-			if strings.Contains(l, " remove container="+id+" engine=nftables netns="+n.Path()+" ") {
+			if strings.Contains(l, " remove container="+id+" engine=nftables netns=") {
 				line = l
 			}
 		}

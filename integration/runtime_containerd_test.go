@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/internal/testcontainerd"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -107,6 +108,13 @@ func TestRuntimeContainerd(t *testing.T) {
 		if left := regChains(t, ctrNS.NS); left != "" {
 			t.Errorf("poststop left rules in the namespace, which outlives the container:\n%s", left)
 		}
+	})
+	// The poststop hook records what the rules refused.
+	t.Run("audit", func(t *testing.T) {
+		args := append([]string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)}, "/sforge-probe", "--timeout", "1s")
+		out, _ := run(t, args[:4], append(args[4:], auditProbe...)...)
+		t.Logf("probe:\n%s", out)
+		checkAudit(t, auditRecord(t, os.Getenv(audit.Env), fmt.Sprintf("sf%d", n)), regAllowlist)
 	})
 	// A namespace of its own (ctr wires no network into it): containerd's
 	// runc shim runs sforge-runtime's create as it runs runc's, and the

@@ -63,6 +63,20 @@ func TestRuntimePodman(t *testing.T) {
 			t.Errorf("no install line in the --hook-log file %s (%v):\n%s", hookLog, err, b)
 		}
 	})
+	// The poststop hook records what the rules refused, in audit.jsonl
+	// beside its --log.
+	t.Run("audit", func(t *testing.T) {
+		name := "audit-" + randSuffix()
+		p.MustPodman(t, append([]string{"run", "-d", "--name", name, "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
+		t.Cleanup(func() { _, _ = p.Podman(context.Background(), "rm", "-f", name) })
+		id := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.Id}}", name))
+		p.MustPodman(t, "wait", name)
+		t.Logf("probe:\n%s", p.MustPodman(t, "logs", name))
+		p.MustPodman(t, "rm", name)
+		b, _ := os.ReadFile(hookLog)
+		t.Logf("hook log:\n%s", tail(string(b), 12))
+		checkAudit(t, auditRecord(t, filepath.Join(filepath.Dir(hookLog), "audit.jsonl"), id), regAllowlist)
+	})
 	t.Run("user namespace", func(t *testing.T) {
 		// --uidmap: the container, and its network namespace, in a user
 		// namespace of their own (root is uid 100000 on the host). The

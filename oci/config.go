@@ -210,6 +210,11 @@ func HasNamespace(s *specs.Spec, t specs.LinuxNamespaceType) bool {
 	return s.Linux != nil && slices.ContainsFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == t })
 }
 
+// PreisolatedAnnotation records, in config.json, the network namespace
+// path sforge-runtime wrote there for a namespace it made: the
+// container's own, which dies with it.
+const PreisolatedAnnotation = "sforge.io/preisolated-netns"
+
 // Env is the process's environment.
 func Env(s *specs.Spec) []string {
 	if s.Process == nil {

@@ -23,6 +23,9 @@ const (
 	// it API access); `sforge verify --backend k8s` reads it as direct
 	// evidence that the plugin enforced the allowlist.
 	EnforcedEventReason = "SforgeEgressEnforced"
+	// RefusedEventReason is the reason of the Event sforge-cni records on
+	// a Pod at its end: what its rules refused.
+	RefusedEventReason = "SforgeEgressRefused"
 )
 
 // The value is a list of entries separated by ';' with no spaces, so that it

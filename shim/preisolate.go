@@ -42,7 +42,7 @@ import (
 
 // preisolatedAnnotation records the network namespace path the shim wrote
 // into config.json.
-const preisolatedAnnotation = "sforge.io/preisolated-netns"
+const preisolatedAnnotation = oci.PreisolatedAnnotation
 
 // forgetPreisolated turns a namespace path the shim wrote on an earlier
 // create of this bundle back into the new namespace it stood for.

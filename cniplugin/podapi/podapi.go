@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sforge-dev/netiso/cniplugin"
-	"github.com/sforge-dev/netiso/policy"
 )
 
 // Lookup implements cniplugin.PodLookup with client-go.
@@ -91,9 +90,9 @@ type Events struct{}
 
 var _ cniplugin.EventRecorder = Events{}
 
-// Enforced records a Normal Event with reason policy.EnforcedEventReason on
-// the Pod. The client makes one attempt (no retries beyond ctx).
-func (Events) Enforced(ctx context.Context, kubeconfig, namespace, name, uid, message string) error {
+// Record records a Normal Event with reason on the Pod. The client makes
+// one attempt (no retries beyond ctx).
+func (Events) Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("failed to load kubeconfig %s: %w", kubeconfig, err)
@@ -102,15 +101,15 @@ func (Events) Enforced(ctx context.Context, kubeconfig, namespace, name, uid, me
 	if err != nil {
 		return fmt.Errorf("failed to create Kubernetes client: %w", err)
 	}
-	_, err = cs.CoreV1().Events(namespace).Create(ctx, EnforcedEvent(namespace, name, uid, message, time.Now()), metav1.CreateOptions{})
+	_, err = cs.CoreV1().Events(namespace).Create(ctx, PodEvent(namespace, name, uid, reason, message, time.Now()), metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("failed to record event on pod %s/%s: %w", namespace, name, err)
 	}
 	return nil
 }
 
-// EnforcedEvent builds the Event.
-func EnforcedEvent(namespace, name, uid, message string, now time.Time) *corev1.Event {
+// PodEvent builds the Event.
+func PodEvent(namespace, name, uid, reason, message string, now time.Time) *corev1.Event {
 	host, _ := os.Hostname()
 	ts := metav1.NewTime(now)
 	return &corev1.Event{
@@ -118,7 +117,7 @@ func EnforcedEvent(namespace, name, uid, message string, now time.Time) *corev1.
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: types.UID(uid),
 		},
-		Reason:         policy.EnforcedEventReason,
+		Reason:         reason,
 		Message:        message,
 		Type:           corev1.EventTypeNormal,
 		Source:         corev1.EventSource{Component: "sforge-cni", Host: host},
