@@ -138,12 +138,32 @@ func Read(r io.Reader) ([]Record, error) {
 }
 
 // ReadFile is Read of the file at path.
-func ReadFile(path string) ([]Record, error) {
+func ReadFile(path string) ([]Record, error) { return ReadFileFrom(path, 0) }
+
+// Size is the audit log's size now, for ReadFileFrom: 0 when it does not
+// exist yet.
+func Size(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// ReadFileFrom is Read of the file at path from byte offset on (a size
+// Size returned earlier: the lines appended since). A file now shorter
+// than offset (rotated) is read from its start.
+func ReadFileFrom(path string, offset int64) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() >= offset && offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
 	recs, err := Read(f)
 	if err != nil {
 		return recs, fmt.Errorf("%s: %w", path, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/sforge-dev/netiso/launcher/docker"
 	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/shim"
 )
 
 // newAPIProxy is the in-process `sforge proxy` used by --api-proxy (set in
@@ -77,7 +78,7 @@ func (k *k8sFlags) validate(backend string) error {
 
 // realBackends returns the factory of the real backends, reading the
 // Kubernetes flags when it is called.
-func realBackends(k *k8sFlags) backendFactory {
+func realBackends(k *k8sFlags, auditLog *string) backendFactory {
 	return func(name string) (launcher.Backend, error) {
 		switch name {
 		case "docker":
@@ -85,7 +86,11 @@ func realBackends(k *k8sFlags) backendFactory {
 			if err != nil {
 				return nil, fmt.Errorf("failed to create the Docker client: %w", err)
 			}
-			return docker.New(api), nil
+			b := docker.New(api)
+			if auditLog != nil {
+				b.AuditLog = *auditLog
+			}
+			return b, nil
 		case "k8s":
 			// Loading the kubeconfig contacts nothing; the backend's
 			// pre-flight is the first request.
@@ -107,6 +112,7 @@ func realBackends(k *k8sFlags) backendFactory {
 type runOptions struct {
 	req        launcher.Request
 	report     string
+	auditLog   string
 	resolveTTL time.Duration
 
 	k8s         k8sFlags
@@ -125,7 +131,7 @@ func newCmdRun(s Streams) *cobra.Command {
 func newCmdRunWith(s Streams, factory backendFactory, r policy.Resolver) *cobra.Command {
 	o := &runOptions{newBackend: factory, resolver: r, newAPIProxy: newAPIProxy, signals: runSignals}
 	if o.newBackend == nil {
-		o.newBackend = realBackends(&o.k8s)
+		o.newBackend = realBackends(&o.k8s, &o.auditLog)
 	}
 	cmd := &cobra.Command{
 		Use:   "run --task <dir|file> --agent <name> [--disable-internet|--enable-internet] [--judge-url URL] [flags] [-- argv for --agent command]",
@@ -201,7 +207,8 @@ when interrupted; the container is removed in every case.`,
 	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
 	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
 	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
-	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status) to this file")
+	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status, refused attempts) to this file")
+	f.StringVar(&o.auditLog, "audit-log", shim.AuditLogPath(os.Getenv), "with --backend docker: the audit log the sforge runtime on the Docker host writes, where the refused attempts are read back (default from "+shim.DefaultConfigPath+")")
 	f.DurationVar(&o.req.Timeout, "timeout", 0, "kill the agent after this long, e.g. 30m (default: the task's timeout, else none)")
 	f.StringArrayVarP(&o.req.Env, "env", "e", nil, "set NAME=VALUE in the agent's environment, or copy NAME from this one (repeatable)")
 	f.DurationVar(&o.resolveTTL, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the Judge and API hostnames may take")
@@ -275,6 +282,7 @@ func (o *runOptions) run(ctx context.Context, s Streams) error {
 		Stderr:         s.ErrOut,
 		Log:            s.ErrOut,
 		NewAPIProxy:    o.newAPIProxy,
+		ReportPath:     o.report,
 	})
 	if o.report != "" {
 		if werr := launcher.WriteReport(o.report, rep); werr != nil {

@@ -50,7 +50,7 @@ func backendDiagnoser(b launcher.Backend, r verify.Request) verify.Diagnoser {
 func newCmdVerifyWith(s Streams, backends backendFactory, r policy.Resolver) *cobra.Command {
 	o := &verifyOptions{newBackend: backends, resolver: r, diagnoser: backendDiagnoser}
 	if o.newBackend == nil {
-		o.newBackend = realBackends(&o.k8s)
+		o.newBackend = realBackends(&o.k8s, nil)
 	}
 	cmd := &cobra.Command{
 		Use:   "verify --judge-url URL [--api-url URL] [--canary HOST:PORT] [--backend docker|k8s] [-o table|json]",

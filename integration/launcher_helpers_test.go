@@ -50,6 +50,9 @@ type launcherEnv struct {
 	judgeURL, judgeOtherPortURL, forbiddenURL, v6URL string
 	mu                                               sync.Mutex
 	submissions                                      []string
+	// sforgeEnv is added to the environment of every sforge run: the
+	// settings of a daemon's own (a rootless one's runtime config).
+	sforgeEnv []string
 }
 
 func repoRoot(t testing.TB) string {
@@ -243,7 +246,7 @@ func (e *launcherEnv) startSforgeCmd(t *testing.T, prefix, env []string, args ..
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST="+e.d.Host, "XDG_CONFIG_HOME="+t.TempDir())
 
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(append(cmd.Env, e.sforgeEnv...), env...)
 	r := &sforgeRun{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, lines: make(chan string, 1000), done: make(chan struct{})}
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testdocker"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -162,6 +165,26 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 	if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
 		t.Errorf("report %v", rep)
 	}
+	// What the rules refused: one connection attempt to each forbidden URL.
+	if want := "sforge: 3 attempts to 3 forbidden destinations were refused (see " + report + ")"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	var got []string
+	blocked, _ := rep["blocked"].([]any)
+	for _, b := range blocked {
+		m, _ := b.(map[string]any)
+		got = append(got, fmt.Sprintf("%v %v %v: %v", m["proto"], m["destination"], m["port"], m["count"]))
+	}
+	slices.Sort(got)
+	want := []string{
+		fmt.Sprintf("tcp %s %d: 1", judgeAddr, judgePort+1),
+		fmt.Sprintf("tcp %s %d: 1", forbiddenAddr, judgePort),
+		fmt.Sprintf("tcp %s %d: 1", v6Addr, judgePort),
+	}
+	slices.Sort(want)
+	if rep["blocked_total"] != float64(3) || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("report blocked_total %v, blocked:\n%s\nwant:\n%s", rep["blocked_total"], strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 	e.requireNoContainers(t)
 }
 
@@ -175,11 +198,15 @@ func TestLauncherRootless(t *testing.T) {
 	prefix, logs := userPrefix(t, repoRoot(t), testdocker.RootlessUser)
 	config := filepath.Join(logs, "runtime.json")
 	writeShimConfig(t, config, shim.Config{Log: filepath.Join(logs, "runtime.log")})
+	// The rootless user's runtime settings, in its daemon's environment
+	// and in sforge run's (which reads the audit log they name).
+	settings := []string{shim.ConfigEnv + "=" + config, hook.LogEnv + "=" + filepath.Join(logs, "hook.log"), audit.Env + "=" + filepath.Join(logs, "audit.jsonl")}
 	e := newLauncherEnvWith(t, testdocker.Options{
 		Rootless:     true,
-		Env:          []string{shim.ConfigEnv + "=" + config, hook.LogEnv + "=" + filepath.Join(logs, "hook.log")},
+		Env:          settings,
 		DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
 	})
+	e.sforgeEnv = settings
 	example := filepath.Join(repoRoot(t), "examples", "hello-judge")
 	t.Run("hello-judge: judge reachable, everything else refused", func(t *testing.T) { e.helloJudge(t, example) })
 	t.Run("exit code propagated", func(t *testing.T) {

@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"github.com/sforge-dev/netiso/audit"
+
 	"context"
 	"io"
 	"net/netip"
@@ -46,6 +48,13 @@ type Execer interface {
 	// Exec runs argv in the workload started by Start, its output to
 	// stdout and stderr, and returns its exit code.
 	Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
+// Auditor is a Backend that reads back, once Cleanup has removed the
+// workload, the audit record of what its rules refused (see package
+// audit). It waits for the record until ctx ends.
+type Auditor interface {
+	Refused(ctx context.Context) (audit.Record, error)
 }
 
 // HostInfo is what Preflight learnt about how the workload sees this host.

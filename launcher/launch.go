@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -82,6 +83,25 @@ type Options struct {
 	Exec []string
 	// CleanupTimeout bounds Cleanup (default 60s).
 	CleanupTimeout time.Duration
+	// AuditTimeout bounds the wait for the workload's audit record after
+	// Cleanup (default 15s).
+	AuditTimeout time.Duration
+	// ReportPath, when set, is named in the summary line.
+	ReportPath string
+}
+
+func (o Options) auditTimeout() time.Duration {
+	if o.AuditTimeout > 0 {
+		return o.AuditTimeout
+	}
+	return 15 * time.Second
+}
+
+func (o Options) reportHint() string {
+	if o.ReportPath == "" {
+		return ""
+	}
+	return " (see " + o.ReportPath + ")"
 }
 
 // Launch runs a plan on a backend and always returns a report, also when
@@ -116,10 +136,24 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		t0 := time.Now()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.CleanupTimeout)
 		defer cancel()
-		if cerr := b.Cleanup(cctx); cerr != nil {
+		cerr := b.Cleanup(cctx)
+		if cerr != nil {
 			err = errors.Join(err, fmt.Errorf("failed to clean up: %w", cerr))
 		}
 		rep.Timings.Cleanup = ms(time.Since(t0))
+		if a, ok := b.(Auditor); ok && p.Isolated && rep.Workload != "" && cerr == nil {
+			actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), o.auditTimeout())
+			rec, aerr := a.Refused(actx)
+			acancel()
+			rep.setRefused(rec, aerr)
+			if aerr != nil {
+				fmt.Fprintf(o.Log, "sforge: the refused attempts are not known: %v\n", aerr)
+			} else if rec.Error != "" {
+				fmt.Fprintf(o.Log, "sforge: the refused attempts are not known: %s\n", rec.Error)
+			} else {
+				fmt.Fprintf(o.Log, "sforge: %s%s\n", audit.Summary(rec.BlockedTotal, rec.Blocked, 0), o.reportHint())
+			}
+		}
 		rep.Timings.Total = ms(time.Since(began))
 		rep.finish(p, err)
 	}()

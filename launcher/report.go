@@ -9,7 +9,29 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/sforge-dev/netiso/audit"
+	"github.com/sforge-dev/netiso/engine"
 )
+
+// setRefused puts an audit record's counts in the report.
+func (r *Report) setRefused(rec audit.Record, err error) {
+	if err != nil {
+		r.BlockedError = err.Error()
+		return
+	}
+	if rec.Error != "" {
+		r.BlockedError = rec.Error
+		return
+	}
+	total := rec.BlockedTotal
+	r.BlockedTotal = &total
+	r.Blocked = rec.Blocked
+	if r.Blocked == nil {
+		r.Blocked = []engine.RefusedDestination{}
+	}
+	r.BlockedUncounted = rec.BlockedUncounted
+}
 
 // Report is what `sforge run --report FILE` writes: what was allowed, where
 // it ran, how long each phase took and how it ended.
@@ -32,6 +54,13 @@ type Report struct {
 	Timeout     string              `json:"timeout,omitempty"`
 	StartedAt   time.Time           `json:"started_at"`
 	Timings     Timings             `json:"timings_ms"`
+	// BlockedTotal, Blocked and BlockedUncounted are what the workload's
+	// rules refused, read back from the kernel's counters when it ended
+	// (see package audit); BlockedError says why they are missing.
+	BlockedTotal     *uint64                     `json:"blocked_total,omitempty"`
+	Blocked          []engine.RefusedDestination `json:"blocked,omitempty"`
+	BlockedUncounted uint64                      `json:"blocked_uncounted,omitempty"`
+	BlockedError     string                      `json:"blocked_error,omitempty"`
 	// Status is exited, timeout, interrupted or failed.
 	Status   string `json:"status"`
 	ExitCode *int   `json:"exit_code"`

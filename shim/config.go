@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine/engines"
 )
 
@@ -151,4 +153,30 @@ func same(a, b string) bool {
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// AuditPath is the audit log the runtime's hooks write: $SFORGE_AUDIT_LOG,
+// else "audit_log", else audit.jsonl beside "log"; "" when the shim keeps no
+// log (the hook then writes beside its own log).
+func (c Config) AuditPath(getenv func(string) string) string {
+	return cmp.Or(getenv(audit.Env), c.AuditLog, beside(c.Log, "audit.jsonl"))
+}
+
+// AuditLogPath is where the runtime's hooks on this host write the audit
+// log, for its readers (`sforge run`, `sforge audit`): the settings file
+// ($SFORGE_RUNTIME_CONFIG, else /etc/sforge/runtime.json) read leniently,
+// then Config.AuditPath, else audit.DefaultPath.
+func AuditLogPath(getenv func(string) string) string {
+	path := cmp.Or(getenv(ConfigEnv), DefaultConfigPath)
+	var c Config
+	if b, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(b, &c)
+	}
+	switch c.Log {
+	case "":
+		c.Log = DefaultLogPath
+	case "-":
+		c.Log = ""
+	}
+	return cmp.Or(c.AuditPath(getenv), audit.DefaultPath)
 }

@@ -367,7 +367,7 @@ func run(args []string, o mainOptions) int {
 	}
 	s := &Shim{Runtime: NewExecRuntime(cfg.Runtime), Hook: cfg.Hook, HookTimeout: cfg.HookTimeout,
 		EngineName: cfg.Engine, Engine: o.engine, HostNetNS: o.hostNetNS, HookLog: beside(cfg.Log, "hook.log"),
-		AuditLog: cmp.Or(cfg.AuditLog, beside(cfg.Log, "audit.jsonl")), Log: log}
+		AuditLog: cfg.AuditPath(os.Getenv), Log: log}
 	err = s.Run(args)
 	var status ExitStatus
 	switch {

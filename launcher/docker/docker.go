@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/netip"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -46,10 +48,16 @@ const (
 // Backend runs one plan on a Docker daemon.
 type Backend struct {
 	api API
+	// AuditLog is the audit log the sforge runtime on the Docker host
+	// writes (shim.AuditLogPath): where Refused reads the container's
+	// record. Empty: Refused has none to read.
+	AuditLog string
 
 	mu         sync.Mutex
 	annotation bool   // the allowlist travels as an annotation
 	id         string // the container, once created
+	removed    string // the container Cleanup removed
+	auditFrom  int64  // the audit log's size before the container was created
 	name       string // its name, for removal when create's answer was lost
 	hijacked   *types.HijackedResponse
 	copied     chan error
@@ -195,6 +203,9 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, stderr io
 	cfg, hc := ContainerConfig(p, b.annotation)
 	b.mu.Lock()
 	b.name = p.Name
+	if b.AuditLog != "" {
+		b.auditFrom = audit.Size(b.AuditLog)
+	}
 	b.mu.Unlock()
 	created, err := b.api.ContainerCreate(ctx, cfg, hc, nil, nil, p.Name)
 	if err != nil {
@@ -320,8 +331,43 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		if err != nil {
 			err = fmt.Errorf("failed to remove container %s: %w", b.name, err)
 		} else {
+			if b.id != "" {
+				b.removed = b.id
+			}
 			b.id, b.name = "", ""
 		}
 	}
 	return errors.Join(err, b.api.Close())
+}
+
+// Refused implements launcher.Auditor: the removed container's line in
+// the audit log, which its poststop hook appends as the runtime deletes it.
+func (b *Backend) Refused(ctx context.Context) (audit.Record, error) {
+	b.mu.Lock()
+	id, from := b.removed, b.auditFrom
+	b.mu.Unlock()
+	if id == "" {
+		return audit.Record{}, errors.New("no container was removed")
+	}
+	if b.AuditLog == "" {
+		return audit.Record{}, errors.New("no audit log to read (--audit-log)")
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		recs, err := audit.ReadFileFrom(b.AuditLog, from)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return audit.Record{}, err
+		}
+		for i := len(recs) - 1; i >= 0; i-- {
+			if recs[i].Container == id {
+				return recs[i], nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return audit.Record{}, fmt.Errorf("no line for container %s in %s: is the sforge runtime on this host, and does it write there? (%w)", id, b.AuditLog, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
