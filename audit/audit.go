@@ -31,6 +31,27 @@ const Env = "SFORGE_AUDIT_LOG"
 // Schema names the line's format; it changes only with a new name.
 const Schema = "sforge.io/audit/v1"
 
+// EventAnnotation carries a Pod's record, as JSON, on the Kubernetes Event
+// sforge-cni records at the Pod's end (reason policy.RefusedEventReason).
+const EventAnnotation = "sforge.io/audit"
+
+// MaxEventDestinations bounds the destinations a record carries on an
+// Event (the node's audit log has them all); the rest count as uncounted
+// there.
+const MaxEventDestinations = 256
+
+// ForEvent is r cut to MaxEventDestinations destinations.
+func (r Record) ForEvent() Record {
+	if len(r.Blocked) <= MaxEventDestinations {
+		return r
+	}
+	for _, d := range r.Blocked[MaxEventDestinations:] {
+		r.BlockedUncounted += d.Count
+	}
+	r.Blocked = r.Blocked[:MaxEventDestinations:MaxEventDestinations]
+	return r
+}
+
 // MaxLine bounds a line read back; a written line is far smaller (the
 // per-destination counts are bounded by the engine).
 const MaxLine = 1 << 20

@@ -44,6 +44,7 @@ vanish with it.`,
 	root.AddCommand(newCmdProxy(s))
 	root.AddCommand(newCmdRun(s))
 	root.AddCommand(newCmdVerify(s))
+	root.AddCommand(newCmdAudit(s))
 	return root
 }
 

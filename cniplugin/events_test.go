@@ -10,14 +10,16 @@ import (
 )
 
 type fakeEvents struct {
-	err   error
-	wait  bool // block until ctx ends
-	calls []string
-	dl    time.Duration
+	err         error
+	wait        bool // block until ctx ends
+	calls       []string
+	annotations []map[string]string
+	dl          time.Duration
 }
 
-func (f *fakeEvents) Record(ctx context.Context, kubeconfig, ns, name, uid, reason, msg string) error {
+func (f *fakeEvents) Record(ctx context.Context, kubeconfig, ns, name, uid, reason, msg string, ann map[string]string) error {
 	f.calls = append(f.calls, strings.Join([]string{kubeconfig, ns, name, uid, msg, reason}, "|"))
+	f.annotations = append(f.annotations, ann)
 	if d, ok := ctx.Deadline(); ok {
 		f.dl = time.Until(d)
 	}

@@ -3,6 +3,7 @@ package cniplugin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,7 @@ type PodInfo struct {
 // EventRecorder records the Event that tells `sforge verify` the plugin
 // enforced a Pod's allowlist (reason policy.EnforcedEventReason).
 type EventRecorder interface {
-	Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string) error
+	Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string, annotations map[string]string) error
 }
 
 // DefaultEventTimeout bounds the Event's recording: it must never slow the
@@ -106,7 +107,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return fmt.Errorf("sforge-cni: pod %s: failed to install egress rules, refusing to start it: %w", podName(args), err)
 		}
 		p.logf(conf, "ADD container=%s pod=%s engine=%s rules=%d ipv6=%s duration=%s", args.ContainerID, podName(args), rep.Engine, rep.Rules, rep.IPv6, p.now().Sub(start).Round(time.Microsecond))
-		p.recordEvent(conf, args, policy.EnforcedEventReason, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID))
+		p.recordEvent(conf, args, policy.EnforcedEventReason, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID), nil)
 	}
 	// Pass the previous result through, in the version the runtime asked for.
 	out, err := prev.GetAsVersion(conf.CNIVersion)
@@ -239,7 +240,7 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 // recordEvent records an Event with reason on the Pod when the netconf
 // asks for it (eventKubeconfig). The rules are in place or gone already: a
 // failure here is logged and changes nothing else.
-func (p *Plugin) recordEvent(conf *NetConf, args *skel.CmdArgs, reason, message string) {
+func (p *Plugin) recordEvent(conf *NetConf, args *skel.CmdArgs, reason, message string, annotations map[string]string) {
 	if p.Events == nil || conf.EventKubeconfig == "" {
 		return
 	}
@@ -254,7 +255,7 @@ func (p *Plugin) recordEvent(conf *NetConf, args *skel.CmdArgs, reason, message 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := p.now()
-	if err := p.Events.Record(ctx, conf.EventKubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID), reason, message); err != nil {
+	if err := p.Events.Record(ctx, conf.EventKubeconfig, string(k.K8S_POD_NAMESPACE), string(k.K8S_POD_NAME), string(k.K8S_POD_UID), reason, message, annotations); err != nil {
 		p.logf(conf, "EVENT %s pod=%s failed after %s (the rules are unaffected; only this evidence is missing): %v", reason, podName(args), p.now().Sub(start).Round(time.Millisecond), err)
 	}
 }
@@ -305,7 +306,11 @@ func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
 		summary = "the refused attempts could not be read: " + err.Error()
 	}
 	p.logf(conf, "AUDIT container=%s pod=%s blocked=%d destinations=%d: %s", args.ContainerID, podName(args), r.Total, len(r.Destinations), summary)
-	p.recordEvent(conf, args, policy.RefusedEventReason, "sforge-cni: "+summary)
+	var ann map[string]string
+	if b, merr := json.Marshal(rec.ForEvent()); merr == nil {
+		ann = map[string]string{audit.EventAnnotation: string(b)}
+	}
+	p.recordEvent(conf, args, policy.RefusedEventReason, "sforge-cni: "+summary, ann)
 }
 
 // logPath is the plugin's log: the netconf's logFile, else LogEnv, else

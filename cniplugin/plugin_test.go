@@ -381,6 +381,10 @@ func TestDelRecords(t *testing.T) {
 	if len(ev.calls) != 1 || !strings.HasSuffix(ev.calls[0], "|"+policy.RefusedEventReason) || !strings.Contains(ev.calls[0], "1 attempt was refused") {
 		t.Errorf("events %q", ev.calls)
 	}
+	var onEvent audit.Record
+	if err := json.Unmarshal([]byte(ev.annotations[0][audit.EventAnnotation]), &onEvent); err != nil || onEvent.Container != "sandbox1" || onEvent.BlockedTotal != 1 {
+		t.Errorf("the Event's %s annotation %q: %+v, %v", audit.EventAnnotation, ev.annotations[0][audit.EventAnnotation], onEvent, err)
+	}
 	log, _ := os.ReadFile(filepath.Join(dir, "cni.log"))
 	if !strings.Contains(string(log), "AUDIT container=sandbox1 pod=default/agent-1 blocked=1") {
 		t.Errorf("log:\n%s", log)

@@ -63,9 +63,10 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	report := filepath.Join(t.TempDir(), "report.json")
 	run := exec.CommandContext(ctx, sforge, "run", "--backend", "k8s",
 		"--kubeconfig", c.HostKubeconfig(t, testk8s.Admin), "--namespace", ns,
-		"--task", taskFile, "--agent", "command", "--disable-internet",
+		"--task", taskFile, "--agent", "command", "--disable-internet", "--report", report,
 		"--judge-url", fmt.Sprintf("http://%s:%d", testcluster.JudgeIP, testcluster.JudgePort),
 		"--timeout", "3m")
 	var stdout, stderr bytes.Buffer
@@ -91,6 +92,24 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 		if cnt[n] == 0 {
 			t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", n)
 		}
+	}
+	// What the rules refused, from sforge-cni's Event at the Pod's end:
+	// the first connect's destination among them, and the summary line.
+	rep := readReport(t, report)
+	total, _ := rep["blocked_total"].(float64)
+	found := false
+	blocked, _ := rep["blocked"].([]any)
+	for _, b := range blocked {
+		m, _ := b.(map[string]any)
+		if fmt.Sprintf("%v:%v", m["destination"], m["port"]) == internetTarget && m["proto"] == "tcp" && m["count"].(float64) >= 1 {
+			found = true
+		}
+	}
+	if total < 1 || !found || rep["blocked_error"] != nil {
+		t.Errorf("report blocked_total %v, blocked %v, error %v: want the refused connect to %s counted", rep["blocked_total"], rep["blocked"], rep["blocked_error"], internetTarget)
+	}
+	if want := fmt.Sprintf("sforge: %d attempts to %d forbidden destinations were refused (see %s)", int(total), len(blocked), report); !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks %q", want)
 	}
 	cs := c.Client(t)
 	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)

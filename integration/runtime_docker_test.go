@@ -247,6 +247,11 @@ func (ds *dockerSforge) audited(t *testing.T, path string) {
 	t.Logf("probe:\n%s", d.MustDocker(t, "logs", name))
 	d.MustDocker(t, "rm", name)
 	checkAudit(t, auditRecord(t, path, id), regAllowlist)
+	// sforge audit shows it.
+	out, err := regSforge(t, ds.prefix, nil, "audit", "--log", path, "--container", id[:12])
+	if err != nil || !strings.Contains(out, id[:12]) || !strings.Contains(out, "tcp "+regJudgeOther+" ×3") {
+		t.Errorf("sforge audit: %v\n%s", err, out)
+	}
 }
 
 // execConfined starts an isolated container (extra added to docker run)

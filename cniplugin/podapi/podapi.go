@@ -92,7 +92,7 @@ var _ cniplugin.EventRecorder = Events{}
 
 // Record records a Normal Event with reason on the Pod. The client makes
 // one attempt (no retries beyond ctx).
-func (Events) Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string) error {
+func (Events) Record(ctx context.Context, kubeconfig, namespace, name, uid, reason, message string, annotations map[string]string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("failed to load kubeconfig %s: %w", kubeconfig, err)
@@ -101,7 +101,7 @@ func (Events) Record(ctx context.Context, kubeconfig, namespace, name, uid, reas
 	if err != nil {
 		return fmt.Errorf("failed to create Kubernetes client: %w", err)
 	}
-	_, err = cs.CoreV1().Events(namespace).Create(ctx, PodEvent(namespace, name, uid, reason, message, time.Now()), metav1.CreateOptions{})
+	_, err = cs.CoreV1().Events(namespace).Create(ctx, PodEvent(namespace, name, uid, reason, message, annotations, time.Now()), metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("failed to record event on pod %s/%s: %w", namespace, name, err)
 	}
@@ -109,11 +109,11 @@ func (Events) Record(ctx context.Context, kubeconfig, namespace, name, uid, reas
 }
 
 // PodEvent builds the Event.
-func PodEvent(namespace, name, uid, reason, message string, now time.Time) *corev1.Event {
+func PodEvent(namespace, name, uid, reason, message string, annotations map[string]string, now time.Time) *corev1.Event {
 	host, _ := os.Hostname()
 	ts := metav1.NewTime(now)
 	return &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".sforge-cni.", Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".sforge-cni.", Namespace: namespace, Annotations: annotations},
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: types.UID(uid),
 		},

@@ -11,7 +11,7 @@ import (
 // (what verify matches on) and carries the reason verify looks for.
 func TestEnforcedEvent(t *testing.T) {
 	now := time.Date(2026, 11, 30, 1, 2, 3, 0, time.UTC)
-	e := PodEvent("agents", "sforge-x-1", "uid-1", policy.EnforcedEventReason, "installed 9 rules", now)
+	e := PodEvent("agents", "sforge-x-1", "uid-1", policy.EnforcedEventReason, "installed 9 rules", nil, now)
 	io := e.InvolvedObject
 	if e.Namespace != "agents" || io.Kind != "Pod" || io.Namespace != "agents" || io.Name != "sforge-x-1" || io.UID != "uid-1" {
 		t.Errorf("event %+v does not name the Pod", e)
