@@ -28,6 +28,10 @@ const DefaultPath = "/var/log/sforge/audit.jsonl"
 // CNI plugin.
 const Env = "SFORGE_AUDIT_LOG"
 
+// Off, as the audit log's path, turns the record off: no namespace is held
+// and no line written.
+const Off = "-"
+
 // Schema names the line's format; it changes only with a new name.
 const Schema = "sforge.io/audit/v1"
 

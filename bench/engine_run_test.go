@@ -195,8 +195,27 @@ func BenchmarkDocker(b *testing.B) {
 		if err := os.WriteFile(cfg, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
+		runtimes := map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}
+		if mode == "root" {
+			// The audit record's cost: the same runtime behind the same
+			// shell wrapper, with the record on and off.
+			for name, env := range map[string]string{"sforge-record-on": "", "sforge-record-off": "SFORGE_AUDIT_LOG=- "} {
+				// A log of its own each, for the count of isolated runs.
+				wcfg := filepath.Join(logDir, name+".json")
+				data, _ := json.Marshal(map[string]string{"log": filepath.Join(logDir, name+".log"), "hook": filepath.Join(prefix, "bin", "sforge-hook")})
+				if err := os.WriteFile(wcfg, data, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				w := filepath.Join(dir, name)
+				script := "#!/bin/sh\nSFORGE_RUNTIME_CONFIG=" + wcfg + " " + env + "exec " + filepath.Join(prefix, "bin", "sforge-runtime") + " \"$@\"\n"
+				if err := os.WriteFile(w, []byte(script), 0o755); err != nil {
+					b.Fatal(err)
+				}
+				runtimes[name] = map[string]any{"path": w}
+			}
+		}
 		d := testdocker.Start(b, testdocker.Options{Rootless: mode == "rootless",
-			DaemonConfig: map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": filepath.Join(prefix, "bin", "sforge-runtime")}}},
+			DaemonConfig: map[string]any{"runtimes": runtimes},
 			Env:          []string{"SFORGE_RUNTIME_CONFIG=" + cfg, "SFORGE_HOOK_LOG=" + filepath.Join(logDir, "hook.log")}})
 		d.ImportImage(b, image, rootfs)
 		run := runWith(d.Docker)
@@ -204,6 +223,12 @@ func BenchmarkDocker(b *testing.B) {
 		plain := &runContender{name: "docker " + mode + ", plain (runc)", run: run("--runtime", "runc", image, "/bin/true")}
 		cs = append(cs, plain, &runContender{name: "docker " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
 			run: run("--runtime", "sforge", "-e", allow, image, "/bin/true")})
+		if mode == "root" {
+			on := &runContender{name: "docker root, isolated via sh, record on", base: plain, log: filepath.Join(logDir, "sforge-record-on.log"), mark: mark,
+				run: run("--runtime", "sforge-record-on", "-e", allow, image, "/bin/true")}
+			cs = append(cs, on, &runContender{name: "docker root, isolated via sh, record off", base: plain, log: filepath.Join(logDir, "sforge-record-off.log"), mark: mark,
+				run: run("--runtime", "sforge-record-off", "-e", allow, image, "/bin/true")})
+		}
 	}
 	engineRuns(b, "docker run --rm busybox true", cs)
 }

@@ -19,6 +19,9 @@ const Source = "sforge-hook"
 // line. It never fails the caller: a problem goes into the line and the
 // log.
 func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist) {
+	if h.AuditLog == audit.Off {
+		return
+	}
 	start := time.Now()
 	value, _ := policy.Encode(allow)
 	r, err := eng.Refused(t)
@@ -49,6 +52,9 @@ func heldNetNS(st *specs.State) string { return filepath.Join(st.Bundle, engine.
 // the counts. Failing to is not the container's failure: the rules are in
 // place, only the record at its end will be missing, which the log says.
 func (h *Hook) keepNetNS(st *specs.State, nsPath string) {
+	if h.AuditLog == audit.Off {
+		return
+	}
 	held := heldNetNS(st)
 	err := engine.ReleaseNetNS(held) // one an earlier run of this bundle left
 	if err == nil {

@@ -66,7 +66,8 @@ type Config struct {
 	Engine string `json:"engine,omitempty"`
 	// AuditLog is where the poststop hook records what each isolated
 	// container's rules refused (default: audit.jsonl beside Log, that is
-	// /var/log/sforge/audit.jsonl). $SFORGE_AUDIT_LOG overrides it.
+	// /var/log/sforge/audit.jsonl; "-" for no record). $SFORGE_AUDIT_LOG
+	// overrides it.
 	AuditLog string `json:"audit_log,omitempty"`
 }
 

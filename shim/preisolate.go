@@ -168,12 +168,14 @@ func (s *Shim) preisolate(a Args, p *plan) error {
 	// Held in the bundle until the poststop hook has read the counts (a
 	// bind mount: no process of sforge's stays). Failing to hold it only
 	// loses the record at the container's end.
-	held := filepath.Join(p.bundle, engine.HeldNetNSName)
-	if err := engine.ReleaseNetNS(held); err == nil {
-		err = engine.HoldNetNS(nsPath, held)
-	}
-	if err != nil && s.Log != nil {
-		s.Log.Infof("container %s: its refused attempts will not be recorded: %v", a.ID, err)
+	if s.records() {
+		held := filepath.Join(p.bundle, engine.HeldNetNSName)
+		if err := engine.ReleaseNetNS(held); err == nil {
+			err = engine.HoldNetNS(nsPath, held)
+		}
+		if err != nil && s.Log != nil {
+			s.Log.Infof("container %s: its refused attempts will not be recorded: %v", a.ID, err)
+		}
 	}
 	if s.Log != nil {
 		s.Log.Infof("container %s: isolated before start (netns=made-by-sforge engine=%s table=%s rules=%d endpoints=%d resolvers=%d ipv6=%s install=%s total=%s), %s dropped",

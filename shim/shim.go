@@ -257,9 +257,11 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 		}
 		p.netns = makeNetNS(s.minNetNSFD(a))
 		// The poststop hook records the counts and lets the namespace go.
-		if err := s.addHooks(a.ID, cfg, StagePoststop); err != nil {
-			p.netns.discard()
-			return nil, err
+		if s.records() {
+			if err := s.addHooks(a.ID, cfg, StagePoststop); err != nil {
+				p.netns.discard()
+				return nil, err
+			}
 		}
 		return p, nil // preisolate writes the config once it names the namespace
 	}
@@ -315,6 +317,10 @@ func (s *Shim) addHooks(id string, cfg *oci.Config, stages ...string) error {
 	}
 	return nil
 }
+
+// records reports whether the audit record is on (its log is not
+// audit.Off).
+func (s *Shim) records() bool { return cmp.Or(s.getenv(audit.Env), s.AuditLog) != audit.Off }
 
 func (s *Shim) engine() (engine.Engine, error) {
 	if s.Engine == nil {

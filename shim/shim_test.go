@@ -571,6 +571,26 @@ func TestCreateMadeNetNS(t *testing.T) {
 
 // The engine fails in the made namespace: the runtime never runs, and the
 // one line says that nothing was created.
+// With the record off (an audit log of "-"), a namespace the shim makes is
+// not held and gets no poststop hook: nothing of sforge's runs at stop.
+func TestCreateMadeNetNSRecordOff(t *testing.T) {
+	testenv.RequireRoot(t)
+	h := newHarness(t, isolatedSpec)
+	h.env = append(h.env, audit.Env+"="+audit.Off)
+	r := h.run(t, h.dir, "", "create", "-b", h.bundle, "ctr")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	c, err := oci.ReadConfig(h.bundle)
+	must(t, err)
+	if hs := oci.Hooks(c.Spec, StagePoststop); len(hs) != 0 {
+		t.Fatalf("poststop hooks %+v, want none", hs)
+	}
+	if _, err := os.Lstat(filepath.Join(h.bundle, engine.HeldNetNSName)); err == nil {
+		t.Fatal("the namespace is held although the record is off")
+	}
+}
+
 func TestCreateMadeNetNSEngineFailure(t *testing.T) {
 	testenv.RequireRoot(t)
 	h := newHarness(t, isolatedSpec)

@@ -203,7 +203,7 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, stderr io
 	cfg, hc := ContainerConfig(p, b.annotation)
 	b.mu.Lock()
 	b.name = p.Name
-	if b.AuditLog != "" {
+	if b.AuditLog != "" && b.AuditLog != audit.Off {
 		b.auditFrom = audit.Size(b.AuditLog)
 	}
 	b.mu.Unlock()
@@ -349,8 +349,11 @@ func (b *Backend) Refused(ctx context.Context) (audit.Record, error) {
 	if id == "" {
 		return audit.Record{}, errors.New("no container was removed")
 	}
-	if b.AuditLog == "" {
+	switch b.AuditLog {
+	case "":
 		return audit.Record{}, errors.New("no audit log to read (--audit-log)")
+	case audit.Off:
+		return audit.Record{}, errors.New("the record is off on this host (audit_log \"-\")")
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
