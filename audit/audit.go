@@ -18,7 +18,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/internal/version"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // DefaultPath is the audit log when nothing else is configured.
@@ -82,6 +86,15 @@ type Record struct {
 	Blocked          []engine.RefusedDestination `json:"blocked"`
 	BlockedUncounted uint64                      `json:"blocked_uncounted,omitempty"`
 	PerDestination   bool                        `json:"per_destination"`
+	// Table is the table (nftables) or chain (iptables) holding the
+	// container's rules; NetNSInode the network namespace's inode, as
+	// `ls -i /proc/PID/ns/net` shows it; Ruleset the digest of the rules
+	// as read back with the counts (engine.Refused.Ruleset).
+	Table      string `json:"table,omitempty"`
+	NetNSInode uint64 `json:"netns_inode,omitempty"`
+	Ruleset    string `json:"ruleset_sha256,omitempty"`
+	// Version is the sforge build that read them.
+	Version string `json:"sforge_version,omitempty"`
 	// Error says why the counts could not be read, when they could not.
 	Error string `json:"error,omitempty"`
 }
@@ -92,11 +105,22 @@ func NewRecord(container, source, engineName, allowlist string, r engine.Refused
 	if blocked == nil {
 		blocked = []engine.RefusedDestination{}
 	}
+	table, _ := policy.ChainName(container)
 	return Record{
 		Schema: Schema, Time: time.Now().UTC(), Container: container, Source: source, Engine: engineName,
 		Allowlist: allowlist, BlockedTotal: r.Total, Blocked: blocked, BlockedUncounted: r.Uncounted,
-		PerDestination: r.PerDestination,
+		PerDestination: r.PerDestination, Table: table, Ruleset: r.Ruleset, Version: version.String(),
 	}
+}
+
+// NetNSInode is the inode of the network namespace at path (a /proc
+// entry or a bind mount of one), 0 when it cannot be read.
+func NetNSInode(path string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // Append writes r as one line at the end of the log at path, creating it

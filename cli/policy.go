@@ -13,5 +13,6 @@ func newCmdPolicy(s Streams) *cobra.Command {
 	}
 	cmd.AddCommand(newCmdPolicyAnnotation(s, net.DefaultResolver))
 	cmd.AddCommand(newCmdPolicyRender(s, net.DefaultResolver))
+	cmd.AddCommand(newCmdPolicyDigest(s))
 	return cmd
 }

@@ -291,6 +291,7 @@ func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
 		value, _ = policy.Encode(a)
 	}
 	rec := audit.NewRecord(args.ContainerID, "sforge-cni", eng.Name(), value, r)
+	rec.NetNSInode = audit.NetNSInode(args.Netns)
 	if k, kerr := ParseK8sArgs(args.Args); kerr == nil {
 		rec.Pod, rec.Namespace = string(k.K8S_POD_NAME), string(k.K8S_POD_NAMESPACE)
 	}

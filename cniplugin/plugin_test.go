@@ -40,6 +40,7 @@ func (f *fakeEngine) Remove(t engine.Target) error {
 	delete(f.installed, t.ID)
 	return f.removeErr
 }
+func (f *fakeEngine) Digest(policy.Allowlist) (string, error) { return "fake", nil }
 func (f *fakeEngine) Refused(t engine.Target) (engine.Refused, error) {
 	f.calls = append(f.calls, "refused "+t.ID)
 	return engine.Refused{Total: 1, PerDestination: true}, nil

@@ -52,6 +52,9 @@ type Engine interface {
 	// installed. Errors as Remove's, and ErrNotInstalled when the target
 	// has no rules.
 	Refused(t Target) (Refused, error)
+	// Digest is the ruleset digest (Refused.Ruleset) of what Install
+	// creates for a, computed without the kernel.
+	Digest(a policy.Allowlist) (string, error)
 }
 
 // Refused is what a target's rules refused: packets a drop or reject rule
@@ -69,6 +72,11 @@ type Refused struct {
 	Uncounted uint64 `json:"uncounted,omitempty"`
 	// PerDestination says whether the engine counts per destination.
 	PerDestination bool `json:"per_destination"`
+	// Ruleset is the digest of the target's rules as read back with the
+	// counts (SHA-256, hex): the same for every target installed with
+	// one allowlist by one engine, leaving out names, counters and
+	// comments; each engine's Digest of the allowlist gives it.
+	Ruleset string `json:"ruleset_sha256,omitempty"`
 }
 
 // RefusedDestination is one destination's count. Port is 0 for protocols

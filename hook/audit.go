@@ -26,6 +26,7 @@ func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist
 	value, _ := policy.Encode(allow)
 	r, err := eng.Refused(t)
 	rec := audit.NewRecord(t.ID, Source, eng.Name(), value, r)
+	rec.NetNSInode = audit.NetNSInode(t.NetNS)
 	if err != nil {
 		rec.Error = oneLine(err.Error())
 	}

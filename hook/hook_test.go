@@ -29,6 +29,7 @@ func (f *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report
 }
 func (f *fakeEngine) Remove(t engine.Target) error                { f.removes = append(f.removes, t); return f.err }
 func (f *fakeEngine) Check(engine.Target, policy.Allowlist) error { return nil }
+func (f *fakeEngine) Digest(policy.Allowlist) (string, error)     { return "fake", nil }
 func (f *fakeEngine) Refused(engine.Target) (engine.Refused, error) {
 	return engine.Refused{Total: 1, PerDestination: true}, nil
 }

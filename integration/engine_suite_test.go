@@ -248,6 +248,12 @@ func runEngineSuite(t *testing.T, s engineSuite) {
 		if err := e.Check(tg, a); err == nil || errors.Is(err, engine.ErrNotInstalled) {
 			t.Fatalf("check after tampering: %v, want a mismatch", err)
 		}
+		// The digest read back shows it too.
+		if r, err := e.Refused(tg); err == nil {
+			if want, _ := e.Digest(a); r.Ruleset == want {
+				t.Errorf("the digest read back after tampering is the allowlist's: %s", want)
+			}
+		}
 		mustInstall(t, e, tg, a) // repairs
 		s.deleteAll(t, n, tg.ID)
 		if err := e.Check(tg, a); !errors.Is(err, engine.ErrNotInstalled) {
@@ -459,9 +465,15 @@ func testRefusedCounts(t *testing.T, e engine.Engine) {
 	tp := testnet.New(t)
 	c := tp.Container
 	tg := engine.Target{NetNS: c.Path(), ID: "counts"}
-	mustInstall(t, e, tg, decode(t, fmt.Sprintf("v1;tcp:%s:%d", testnet.JudgeAddr, testnet.AllowedPort)))
-	if r, err := e.Refused(tg); err != nil || r.Total != 0 || len(r.Destinations) != 0 {
-		t.Fatalf("before any attempt: %+v, %v; want nothing refused", r, err)
+	a := decode(t, fmt.Sprintf("v1;tcp:%s:%d", testnet.JudgeAddr, testnet.AllowedPort))
+	mustInstall(t, e, tg, a)
+	r0, err := e.Refused(tg)
+	if err != nil || r0.Total != 0 || len(r0.Destinations) != 0 {
+		t.Fatalf("before any attempt: %+v, %v; want nothing refused", r0, err)
+	}
+	// The ruleset read back has the digest computed without the kernel.
+	if want, err := e.Digest(a); err != nil || r0.Ruleset != want {
+		t.Errorf("ruleset digest read back %q, Digest %q (%v)", r0.Ruleset, want, err)
 	}
 	for range 2 {
 		expectTCP(t, c, ap(testnet.JudgeAddr, testnet.AllowedPort), testnet.OK)
@@ -505,6 +517,10 @@ func testRefusedCounts(t *testing.T, e engine.Engine) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") || r.Uncounted != 0 {
 		t.Errorf("per destination (uncounted %d):\n%s\nwant:\n%s", r.Uncounted, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Counting changes the counters, not the digest.
+	if r.Ruleset != r0.Ruleset {
+		t.Errorf("the digest changed with the counts: %s, then %s", r0.Ruleset, r.Ruleset)
 	}
 	if err := e.Remove(tg); err != nil {
 		t.Fatal(err)

@@ -105,6 +105,10 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 			found = true
 		}
 	}
+	validateReportFile(t, report)
+	if en, _ := rep["enforcement"].(map[string]any); en == nil || en["ruleset_matches"] != true || en["source"] != "sforge-cni" {
+		t.Errorf("report enforcement %v, want sforge-cni's read back to match the allowlist's", rep["enforcement"])
+	}
 	if total < 1 || !found || rep["blocked_error"] != nil {
 		t.Errorf("report blocked_total %v, blocked %v, error %v: want the refused connect to %s counted", rep["blocked_total"], rep["blocked"], rep["blocked_error"], internetTarget)
 	}

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"bufio"
 	"context"
 	"crypto/rand"
@@ -327,6 +329,31 @@ func (e *launcherEnv) requireNoContainers(t *testing.T) {
 	t.Helper()
 	if c := e.containers(t); len(c) != 0 {
 		t.Fatalf("containers left behind: %v\n%s", c, e.d.MustDocker(t, "ps", "-a"))
+	}
+}
+
+// validateReportFile validates a report written by sforge run against
+// launcher/report.schema.json.
+func validateReportFile(t *testing.T, path string) {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	s, err := c.Compile(filepath.Join(repoRoot(t), "launcher", "report.schema.json"))
+	if err != nil {
+		t.Fatalf("report.schema.json: %v", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	inst, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(inst); err != nil {
+		data, _ := os.ReadFile(path)
+		t.Errorf("the report does not validate against its schema: %v\n%s", err, data)
 	}
 }
 

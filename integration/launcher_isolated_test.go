@@ -165,6 +165,11 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 	if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
 		t.Errorf("report %v", rep)
 	}
+	validateReportFile(t, report)
+	// The rules read back at the end were exactly the allowlist's.
+	if en, _ := rep["enforcement"].(map[string]any); en == nil || en["ruleset_matches"] != true || en["source"] != "sforge-hook" || en["netns_inode"] == nil {
+		t.Errorf("report enforcement %v, want the ruleset read back to match the allowlist's", rep["enforcement"])
+	}
 	// What the rules refused: one connection attempt to each forbidden URL.
 	if want := "sforge: 3 attempts to 3 forbidden destinations were refused (see " + report + ")"; !strings.Contains(errOut, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, errOut)

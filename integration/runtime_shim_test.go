@@ -257,8 +257,8 @@ func TestShimCreatePrivateNetNS(t *testing.T) {
 			if err := eng.Check(engine.Target{NetNS: netns, ID: id}, mustDecode(t, allow)); err != nil {
 				t.Fatalf("rules in the container's namespace after create: %v", err)
 			}
-			if spec := readSpec(t, b); spec.Hooks != nil && (len(spec.Hooks.CreateRuntime)+len(spec.Hooks.Poststop)+len(spec.Hooks.Prestart)) != 0 {
-				t.Fatalf("hooks %+v: a private namespace needs none", spec.Hooks)
+			if spec := readSpec(t, b); spec.Hooks == nil || len(spec.Hooks.CreateRuntime)+len(spec.Hooks.Prestart) != 0 || len(spec.Hooks.Poststop) != 1 {
+				t.Fatalf("hooks %+v: a private namespace needs only the poststop record", spec.Hooks)
 			}
 			s.must(t, "start", id)
 			s.waitStopped(t, id)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/engine/engines"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // setRefused puts an audit record's counts in the report.
@@ -26,6 +28,15 @@ func (r *Report) setRefused(rec audit.Record, err error) {
 	}
 	total := rec.BlockedTotal
 	r.BlockedTotal = &total
+	e := &Enforcement{Source: rec.Source, Engine: rec.Engine, Table: rec.Table, NetNSInode: rec.NetNSInode,
+		Allowlist: rec.Allowlist, RulesetSHA256: rec.Ruleset, SforgeVersion: rec.Version}
+	if a, err := policy.Decode(rec.Allowlist); err == nil {
+		if eng, err := engines.New(rec.Engine); err == nil {
+			e.ExpectedRulesetSHA256, _ = eng.Digest(a)
+		}
+	}
+	e.RulesetMatches = e.RulesetSHA256 != "" && e.RulesetSHA256 == e.ExpectedRulesetSHA256
+	r.Enforcement = e
 	r.Blocked = rec.Blocked
 	if r.Blocked == nil {
 		r.Blocked = []engine.RefusedDestination{}
@@ -33,9 +44,15 @@ func (r *Report) setRefused(rec audit.Record, err error) {
 	r.BlockedUncounted = rec.BlockedUncounted
 }
 
+// ReportSchema names the report's format (report.schema.json); it changes
+// only with a new name.
+const ReportSchema = "sforge.io/report/v1"
+
 // Report is what `sforge run --report FILE` writes: what was allowed, where
-// it ran, how long each phase took and how it ended.
+// it ran, how long each phase took, how it ended, what the rules refused
+// and how they were enforced.
 type Report struct {
+	Schema          string            `json:"schema"`
 	Task            string            `json:"task"`
 	Agent           string            `json:"agent"`
 	Backend         string            `json:"backend"`
@@ -61,10 +78,36 @@ type Report struct {
 	Blocked          []engine.RefusedDestination `json:"blocked,omitempty"`
 	BlockedUncounted uint64                      `json:"blocked_uncounted,omitempty"`
 	BlockedError     string                      `json:"blocked_error,omitempty"`
+	// Enforcement is where and how the rules were enforced, as read back
+	// from the kernel at the workload's end.
+	Enforcement *Enforcement `json:"enforcement,omitempty"`
 	// Status is exited, timeout, interrupted or failed.
 	Status   string `json:"status"`
 	ExitCode *int   `json:"exit_code"`
 	Error    string `json:"error,omitempty"`
+}
+
+// Enforcement says where and how the workload's rules were enforced, as
+// read back with the counts when it ended (see package audit).
+type Enforcement struct {
+	// Source is the sforge component that read them back, Engine the rule
+	// engine, Table its table or chain, NetNSInode the network namespace.
+	Source     string `json:"source"`
+	Engine     string `json:"engine"`
+	Table      string `json:"table"`
+	NetNSInode uint64 `json:"netns_inode,omitempty"`
+	// Allowlist is the allowlist enforced (with the Pod's resolvers on
+	// Kubernetes).
+	Allowlist string `json:"allowlist"`
+	// RulesetSHA256 is the digest of the rules read back; Expected the
+	// engine's digest of Allowlist, computed without the kernel; Matches
+	// says they are equal: the rules were exactly what the allowlist
+	// gives, at the end of the run.
+	RulesetSHA256         string `json:"ruleset_sha256"`
+	ExpectedRulesetSHA256 string `json:"expected_ruleset_sha256"`
+	RulesetMatches        bool   `json:"ruleset_matches"`
+	// SforgeVersion is the build of the component that read them back.
+	SforgeVersion string `json:"sforge_version"`
 }
 
 // ProxyReport describes the in-process API proxy.
@@ -106,7 +149,8 @@ type Timings struct {
 
 func newReport(p *Plan, backend string) *Report {
 	r := &Report{
-		Task: p.Task.Name, Agent: p.Agent.Name, Backend: backend,
+		Schema: ReportSchema,
+		Task:   p.Task.Name, Agent: p.Agent.Name, Backend: backend,
 		Isolated: p.Isolated, IsolationSource: p.IsolationSource,
 		JudgeURL: p.JudgeURL, APIBaseURL: p.APIBaseURL,
 		StartedAt: time.Now().UTC(),

@@ -97,6 +97,7 @@ func (e *fakeEngine) Install(t engine.Target, a policy.Allowlist) (engine.Report
 
 func (e *fakeEngine) Remove(engine.Target) error                  { return errors.New("not used") }
 func (e *fakeEngine) Check(engine.Target, policy.Allowlist) error { return errors.New("not used") }
+func (e *fakeEngine) Digest(policy.Allowlist) (string, error)     { return "fake", nil }
 func (e *fakeEngine) Refused(engine.Target) (engine.Refused, error) {
 	return engine.Refused{}, errors.New("not used")
 }

@@ -127,6 +127,25 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sforge-probe: %v\n", err)
 		return 2
 	}
+	verdicts := matrixVerdicts(cfg)
+	status := 0
+	enc := json.NewEncoder(stdout)
+	for _, v := range verdicts {
+		if !v.Pass {
+			status = 1
+		}
+		_ = enc.Encode(v)
+	}
+	// An exec'd process's output can be lost when it exits right after
+	// writing (containerd copies an exec's output after the fact): an exec
+	// of the matrix waits a little before exiting.
+	time.Sleep(linger)
+	return status
+}
+
+// matrixVerdicts runs every attempt of the matrix at once and returns the
+// verdicts in plan order.
+func matrixVerdicts(cfg *MatrixConfig) []Verdict {
 	timeout := 1500 * time.Millisecond
 	if cfg.Timeout != "" {
 		timeout, _ = time.ParseDuration(cfg.Timeout)
@@ -152,19 +171,7 @@ func runMatrix(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	wg.Wait()
-	status := 0
-	enc := json.NewEncoder(stdout)
-	for _, v := range verdicts {
-		if !v.Pass {
-			status = 1
-		}
-		_ = enc.Encode(v)
-	}
-	// An exec'd process's output can be lost when it exits right after
-	// writing (containerd copies an exec's output after the fact): an exec
-	// of the matrix waits a little before exiting.
-	time.Sleep(linger)
-	return status
+	return verdicts
 }
 
 func parseMatrixConfig(raw []byte) (*MatrixConfig, error) {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -395,6 +396,7 @@ func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
 		return engine.Refused{}, fmt.Errorf("failed to name the chain: %w", err)
 	}
 	var r engine.Refused
+	var digest []string
 	err = engine.WithNetNS(t.NetNS, func() error {
 		tables, err := readTables()
 		if err != nil {
@@ -430,6 +432,10 @@ func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
 				return fmt.Errorf("%s: %w", fam.name, err)
 			}
 			r.Total += n
+			digest = append(digest, digestLines(f, chainRules(chain, listed))...)
+		}
+		if !slices.Contains(digest, "family "+string(policy.IPv6)) {
+			digest = append(digest, "family "+string(policy.IPv6)+" disabled")
 		}
 		if !found {
 			return fmt.Errorf("%w: no chain %s (iptables-%s)", engine.ErrNotInstalled, chain, b)
@@ -437,5 +443,8 @@ func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
 		return nil
 	})
 	r.Uncounted = r.Total
+	if err == nil {
+		r.Ruleset = sum(digest)
+	}
 	return r, err
 }

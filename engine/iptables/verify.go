@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -229,4 +231,44 @@ func refusedPackets(chain string, listed []string) (uint64, error) {
 		total += packets
 	}
 	return total, nil
+}
+
+// withoutCounters is a rule specification without its "-c PACKETS BYTES".
+func withoutCounters(spec []string) []string {
+	out := make([]string, 0, len(spec))
+	for i := 0; i < len(spec); i++ {
+		if spec[i] == "-c" || spec[i] == "--set-counters" {
+			i += 2
+			continue
+		}
+		out = append(out, spec[i])
+	}
+	return out
+}
+
+// digestLines is one family's part of the ruleset digest: the rules of
+// the chain, each as normaliseRule's key (the chain's name and the
+// counters left out).
+func digestLines(f policy.Family, specs [][]string) []string {
+	lines := []string{"family " + string(f)}
+	for _, s := range specs {
+		lines = append(lines, "rule "+normaliseRule(f, withoutCounters(s)))
+	}
+	return lines
+}
+
+func sum(lines []string) string {
+	h := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(h[:])
+}
+
+// Digest implements engine.Engine: the ruleset digest of what Install
+// creates for a, IPv6 filtered (see engine.Refused.Ruleset); a namespace
+// where IPv6 was disabled by sysctl instead has another.
+func (*Engine) Digest(a policy.Allowlist) (string, error) {
+	rs, err := policy.Rules(a)
+	if err != nil {
+		return "", err
+	}
+	return sum(append(digestLines(policy.IPv4, policy.IPTablesRules(rs.IPv4)), digestLines(policy.IPv6, policy.IPTablesRules(rs.IPv6))...)), nil
 }

@@ -26,6 +26,7 @@ func readRefused(c *nftables.Conn, t *nftables.Table) (engine.Refused, error) {
 	}
 	r := engine.Refused{PerDestination: true}
 	var counted uint64
+	var err error
 	for _, f := range []policy.Family{policy.IPv4, policy.IPv6} {
 		rules, err := c.GetRules(t, &nftables.Chain{Name: countPrefix + string(f), Table: t})
 		if err != nil {
@@ -55,6 +56,9 @@ func readRefused(c *nftables.Conn, t *nftables.Table) (engine.Refused, error) {
 			counted += d.Count
 			r.Destinations = append(r.Destinations, d)
 		}
+	}
+	if r.Ruleset, err = kernelDigest(c, t); err != nil {
+		return engine.Refused{}, err
 	}
 	if counted < r.Total {
 		r.Uncounted = r.Total - counted

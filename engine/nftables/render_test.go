@@ -250,3 +250,29 @@ func TestPrefixRange(t *testing.T) {
 		}
 	}
 }
+
+// The digest leaves the container's id out and changes with the allowlist.
+func TestDigest(t *testing.T) {
+	a := mustDecode(t, "v1;tcp:198.51.100.10:8080;dns:10.96.0.10")
+	p1, err := render("container-one", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := render("container-two", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err1 := planDigest(p1)
+	d2, err2 := planDigest(p2)
+	if err1 != nil || err2 != nil || d1 != d2 || len(d1) != 64 {
+		t.Fatalf("digests %q %q (%v %v), want one and the same", d1, d2, err1, err2)
+	}
+	if d, err := (&Engine{}).Digest(a); err != nil || d != d1 {
+		t.Fatalf("Digest %q, %v; want %q", d, err, d1)
+	}
+	for _, other := range []string{"v1;tcp:198.51.100.10:8081;dns:10.96.0.10", "v1;tcp:198.51.100.10:8080", "v1;tcp:198.51.100.10:8080;dns:10.96.0.10;else:drop"} {
+		if d, _ := (&Engine{}).Digest(mustDecode(t, other)); d == d1 {
+			t.Errorf("%s has the digest of another allowlist", other)
+		}
+	}
+}
