@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/launcher/docker"
 	k8slauncher "github.com/sforge-dev/netiso/launcher/k8s"
+	"github.com/sforge-dev/netiso/launcher/verify"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/shim"
 )
@@ -113,6 +115,8 @@ type runOptions struct {
 	req        launcher.Request
 	report     string
 	auditLog   string
+	verify     bool
+	probe      string
 	resolveTTL time.Duration
 
 	k8s         k8sFlags
@@ -208,6 +212,8 @@ when interrupted; the container is removed in every case.`,
 	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
 	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
 	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status, refused attempts) to this file")
+	f.BoolVar(&o.verify, "verify", false, "with isolation, run the hostile probe in the container first, in the agent's own network namespace; the agent starts only when every escape is refused and the Judge is reached (else exit 123) (docker)")
+	f.StringVar(&o.probe, "probe", "", "with --verify: the static sforge-probe binary (default: next to sforge, else in PATH)")
 	f.StringVar(&o.auditLog, "audit-log", shim.AuditLogPath(os.Getenv), "with --backend docker: the audit log the sforge runtime on the Docker host writes, where the refused attempts are read back (default from "+shim.DefaultConfigPath+")")
 	f.DurationVar(&o.req.Timeout, "timeout", 0, "kill the agent after this long, e.g. 30m (default: the task's timeout, else none)")
 	f.StringArrayVarP(&o.req.Env, "env", "e", nil, "set NAME=VALUE in the agent's environment, or copy NAME from this one (repeatable)")
@@ -240,7 +246,34 @@ func (o *runOptions) validate() error {
 	if o.resolveTTL <= 0 {
 		return fmt.Errorf("--resolve-timeout must be positive, got %s", o.resolveTTL)
 	}
+	if o.probe != "" && !o.verify {
+		return errors.New("--probe only applies with --verify")
+	}
 	return nil
+}
+
+// gate builds the --verify gate: the probe and its matrix, whose positive
+// control is the Judge.
+func (o *runOptions) gate(p *launcher.Plan) (*launcher.Gate, error) {
+	if !o.verify {
+		return nil, nil
+	}
+	if !p.Isolated {
+		return nil, errors.New("--verify checks an isolated run: add --disable-internet (or set \"internet\": false in the task)")
+	}
+	matrix, err := verify.MatrixConfig(verify.Request{JudgeURL: p.JudgeURL})
+	if err != nil {
+		return nil, err
+	}
+	path := cmp.Or(o.probe, verify.FindProbe())
+	if path == "" {
+		return nil, errors.New("--verify: no sforge-probe binary next to sforge or in PATH: pass --probe PATH (make build puts one in bin/)")
+	}
+	probe, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--verify: failed to read the probe: %w", err)
+	}
+	return &launcher.Gate{Probe: probe, Matrix: matrix}, nil
 }
 
 func (o *runOptions) run(ctx context.Context, s Streams) error {
@@ -254,6 +287,10 @@ func (o *runOptions) run(ctx context.Context, s Streams) error {
 			return usageError(err)
 		}
 		return err
+	}
+	gate, err := o.gate(p)
+	if err != nil {
+		return usageError(err)
 	}
 	b, err := o.newBackend(o.req.Backend)
 	if err != nil {
@@ -283,6 +320,7 @@ func (o *runOptions) run(ctx context.Context, s Streams) error {
 		Log:            s.ErrOut,
 		NewAPIProxy:    o.newAPIProxy,
 		ReportPath:     o.report,
+		Gate:           gate,
 	})
 	if o.report != "" {
 		if werr := launcher.WriteReport(o.report, rep); werr != nil {
@@ -291,7 +329,10 @@ func (o *runOptions) run(ctx context.Context, s Streams) error {
 	}
 	var te *launcher.TimeoutError
 	var ie *launcher.InterruptedError
+	var ve *launcher.UnverifiedError
 	switch {
+	case errors.As(err, &ve):
+		return &ExitError{Code: launcher.ExitUnverified, Err: err}
 	case errors.As(err, &te):
 		return &ExitError{Code: launcher.ExitTimeout, Err: err}
 	case errors.As(err, &ie):

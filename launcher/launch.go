@@ -83,6 +83,9 @@ type Options struct {
 	Exec []string
 	// CleanupTimeout bounds Cleanup (default 60s).
 	CleanupTimeout time.Duration
+	// Gate, when set, runs the hostile probe in the workload before the
+	// agent, which starts only when every verdict passes (--verify).
+	Gate *Gate
 	// AuditTimeout bounds the wait for the workload's audit record after
 	// Cleanup (default 15s).
 	AuditTimeout time.Duration
@@ -158,6 +161,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		rep.finish(p, err)
 	}()
 
+	p.Gate = o.Gate
 	if err := b.Check(p); err != nil {
 		return rep, err
 	}
@@ -215,8 +219,15 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 
 	phase = "start"
 	fmt.Fprintf(o.Log, "sforge: starting agent %s in container %s\n", p.Agent.Name, p.Name)
+	stderr := o.Stderr
+	var gate *gateWriter
+	if p.Gate != nil {
+		gate = &gateWriter{w: o.Stderr}
+		stderr = gate
+		fmt.Fprintf(o.Log, "sforge: verifying the isolation in the container before the agent starts\n")
+	}
 	t0 = time.Now()
-	err = b.Start(runCtx, p, o.Stdout, o.Stderr)
+	err = b.Start(runCtx, p, o.Stdout, stderr)
 	rep.Timings.Start = ms(time.Since(t0))
 	rep.Workload = p.Name
 	if err != nil {
@@ -242,6 +253,13 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		code, err = b.Wait(runCtx)
 	}
 	rep.Timings.Run = ms(time.Since(t0))
+	if gate != nil {
+		rep.Verify = gate.report()
+		if !rep.Verify.Passed {
+			return rep, &UnverifiedError{Failure: rep.Verify.Failure}
+		}
+		fmt.Fprintf(o.Log, "sforge: verified: %d attempts, every escape refused, the Judge reached\n", len(rep.Verify.Verdicts))
+	}
 	if err != nil {
 		if timedOut() {
 			return rep, &TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource}

@@ -87,6 +87,9 @@ type Plan struct {
 	Query string
 	// Argv runs the agent.
 	Argv []string
+	// Gate, when set, is the hostile probe the workload runs before the
+	// agent (sforge run --verify; see Gate). Launch sets it from Options.
+	Gate *Gate
 	// Env is the agent's environment, without the allowlist (the backend
 	// attaches it in the form its target understands).
 	Env map[string]string

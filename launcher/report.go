@@ -81,6 +81,9 @@ type Report struct {
 	// Enforcement is where and how the rules were enforced, as read back
 	// from the kernel at the workload's end.
 	Enforcement *Enforcement `json:"enforcement,omitempty"`
+	// Verify is the hostile probe's run in the workload before the agent
+	// (--verify).
+	Verify *VerifyReport `json:"verify,omitempty"`
 	// Status is exited, timeout, interrupted or failed.
 	Status   string `json:"status"`
 	ExitCode *int   `json:"exit_code"`

@@ -45,6 +45,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "matrix" {
 		return runMatrix(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "gate" {
+		return runGate(args[1:], stderr)
+	}
 	timeout := 2 * time.Second
 	if len(args) >= 2 && args[0] == "--timeout" {
 		d, err := time.ParseDuration(args[1])

@@ -6,6 +6,8 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/netip"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -178,9 +181,13 @@ func ContainerConfig(p *launcher.Plan, annotation bool) (*container.Config, *con
 			env = append(env, policy.EnvAssignment(p.AllowlistValue))
 		}
 	}
+	argv := slices.Clone(p.Argv)
+	if p.Gate != nil {
+		argv = launcher.GateArgv(p.Gate.Matrix, argv)
+	}
 	cfg := &container.Config{
 		Image:        p.Image,
-		Entrypoint:   slices.Clone(p.Argv),
+		Entrypoint:   argv,
 		Env:          env,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -210,6 +217,15 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, stderr io
 	created, err := b.api.ContainerCreate(ctx, cfg, hc, nil, nil, p.Name)
 	if err != nil {
 		return fmt.Errorf("failed to create container %s: %w", p.Name, err)
+	}
+	if p.Gate != nil {
+		// Before the start: the gate is the container's first process.
+		if err := b.api.CopyToContainer(ctx, created.ID, "/", gateArchive(p.Gate.Probe), container.CopyToContainerOptions{}); err != nil {
+			b.mu.Lock()
+			b.id = created.ID
+			b.mu.Unlock()
+			return fmt.Errorf("failed to copy the verification probe into container %s: %w", p.Name, err)
+		}
 	}
 	b.mu.Lock()
 	b.id = created.ID
@@ -373,4 +389,16 @@ func (b *Backend) Refused(ctx context.Context) (audit.Record, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// gateArchive is a tar holding the probe at launcher.GatePath.
+func gateArchive(probe []byte) io.Reader {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := strings.TrimPrefix(path.Dir(launcher.GatePath), "/")
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(launcher.GatePath, "/"), Mode: 0o755, Size: int64(len(probe))})
+	_, _ = tw.Write(probe)
+	_ = tw.Close()
+	return &buf
 }

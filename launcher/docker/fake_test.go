@@ -189,6 +189,11 @@ func (f *fakeAPI) ContainerWait(ctx context.Context, id string, cond container.W
 	return rc, ec
 }
 
+func (f *fakeAPI) CopyToContainer(_ context.Context, id, dst string, _ io.Reader, _ container.CopyToContainerOptions) error {
+	f.record("CopyToContainer " + id + " " + dst)
+	return nil
+}
+
 func (f *fakeAPI) ContainerStart(_ context.Context, id string, _ container.StartOptions) error {
 	f.record("ContainerStart " + id)
 	if f.startErr != nil {

@@ -29,15 +29,22 @@ func (b *Backend) Refused(ctx context.Context) (audit.Record, error) {
 	defer tick.Stop()
 	for {
 		list, err := b.o.Client.CoreV1().Events(created.Namespace).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + created.Name + ",reason=" + policy.RefusedEventReason,
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + created.Name,
 		})
 		if err != nil && ctx.Err() == nil {
 			return audit.Record{}, fmt.Errorf("failed to list events in %s: %w", created.Namespace, err)
 		}
 		if err == nil {
+			enforced := false
 			for _, e := range list.Items {
 				// The fake clientset ignores field selectors; check them here too.
-				if e.Reason != policy.RefusedEventReason || e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != created.Name || e.InvolvedObject.UID != created.UID {
+				if e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != created.Name || e.InvolvedObject.UID != created.UID {
+					continue
+				}
+				if e.Reason == policy.EnforcedEventReason {
+					enforced = true
+				}
+				if e.Reason != policy.RefusedEventReason {
 					continue
 				}
 				var rec audit.Record
@@ -45,6 +52,12 @@ func (b *Backend) Refused(ctx context.Context) (audit.Record, error) {
 					return audit.Record{}, fmt.Errorf("event %s/%s: its %s annotation: %w", e.Namespace, e.Name, audit.EventAnnotation, err)
 				}
 				return rec, nil
+			}
+			if !enforced {
+				// sforge-cni records its Events at ADD too: none means
+				// it has no eventKubeconfig, and none will come at DEL.
+				return audit.Record{}, fmt.Errorf("no %s Event on pod %s/%s: give sforge-cni eventKubeconfig for the record on the Pod (the node's audit log has it anyway)",
+					policy.EnforcedEventReason, created.Namespace, created.Name)
 			}
 		}
 		select {

@@ -28,11 +28,20 @@ func TestRefusedReadsTheEvent(t *testing.T) {
 			Reason:         policy.RefusedEventReason,
 		}
 	}
-	// Nothing yet: the wait ends with ctx, naming what is missing.
+	// No Event at all: sforge-cni records none, so none is waited for.
+	if _, err := b.Refused(context.Background()); err == nil || !strings.Contains(err.Error(), "eventKubeconfig") {
+		t.Fatalf("without any Event: %v", err)
+	}
+	enforcedEv := event("enforced", "uid-1", "")
+	enforcedEv.Reason = policy.EnforcedEventReason
+	if _, err := cs.CoreV1().Events("agents").Create(context.Background(), enforcedEv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The enforcement Event, but no record yet: the wait ends with ctx.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if _, err := b.Refused(ctx); err == nil || !strings.Contains(err.Error(), "eventKubeconfig") {
-		t.Fatalf("without the Event: %v", err)
+		t.Fatalf("without the record's Event: %v", err)
 	}
 	// An earlier Pod of the same name does not count.
 	old := event("old", "uid-0", `{"schema":"sforge.io/audit/v1","blocked_total":99}`)

@@ -141,6 +141,9 @@ func (b *Backend) Name() string { return "k8s" }
 // Check refuses what a Pod cannot do and turns the workload name into a
 // valid Pod name (task names may hold '_' or capitals). It does no I/O.
 func (b *Backend) Check(p *launcher.Plan) error {
+	if p.Gate != nil {
+		return errors.New("--verify runs with --backend docker; on Kubernetes, prove the isolation with `sforge verify --backend k8s` on the same namespace and nodes before the run")
+	}
 	if p.Task.Build != nil || len(p.Task.SetupCmds) > 0 {
 		return fmt.Errorf("--backend k8s runs a prebuilt image and cannot build one: task %s has %s; build and push the image (e.g. with --backend docker's build, or docker build + push), then set \"image\" and drop the build fields", p.Task.Path, buildFields(p))
 	}

@@ -1,0 +1,143 @@
+package launcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// The verification gate (`sforge run --verify`): the workload's first
+// process is the hostile probe (`sforge-probe gate`), in the network
+// namespace and with the capabilities the agent will have; it execs the
+// agent only when every verdict passes. Its lines come first on the
+// workload's stderr; gateWriter takes them out of the agent's stream.
+
+// Gate is what --verify puts in front of the agent.
+type Gate struct {
+	// Probe is the static sforge-probe binary, copied into the workload.
+	Probe []byte
+	// Matrix is the probe's matrix configuration (JSON).
+	Matrix string
+}
+
+// GatePath is where the probe sits in the workload.
+const GatePath = "/.sforge/sforge-probe"
+
+// GatePrefix starts each line of the gate (cmd/sforge-probe/gate.go).
+const GatePrefix = "sforge-gate "
+
+// ExitUnverified is sforge run's exit status when the gate refused to
+// start the agent.
+const ExitUnverified = 123
+
+// GateArgv is the workload's command line with the gate in front of argv.
+func GateArgv(matrix string, argv []string) []string {
+	return append([]string{GatePath, "gate", "--config-json", matrix, "--"}, argv...)
+}
+
+// GateVerdict is one verdict of the gate, as the probe printed it.
+type GateVerdict struct {
+	Check  string `json:"check"`
+	Target string `json:"target"`
+	Expect string `json:"expect"`
+	Got    string `json:"got"`
+	Pass   bool   `json:"pass"`
+	Error  string `json:"error,omitempty"`
+	Ms     int64  `json:"ms"`
+}
+
+// VerifyReport is the gate's outcome in the report.
+type VerifyReport struct {
+	// Passed says every verdict passed and the agent was started.
+	Passed   bool          `json:"passed"`
+	Verdicts []GateVerdict `json:"verdicts"`
+	// Failure is the gate's line for the first verdict that failed, or
+	// why it could not run.
+	Failure string `json:"failure,omitempty"`
+}
+
+// UnverifiedError reports a run the gate stopped before the agent.
+type UnverifiedError struct{ Failure string }
+
+func (e *UnverifiedError) Error() string {
+	return "isolation verification failed in the workload before the agent started: " + e.Failure +
+		"; nothing ran (see the report's verify.verdicts; check the host with `sforge doctor`)"
+}
+
+// gateWriter passes the workload's stderr to w, except the gate's own
+// lines before it hands over to the agent, which it parses. Once the gate
+// passed (or a line not the gate's came), everything goes straight to w:
+// what the agent writes is never read as the gate's.
+type gateWriter struct {
+	w    io.Writer
+	mu   sync.Mutex
+	buf  []byte
+	done bool
+	rep  VerifyReport
+	seen bool // the gate printed its outcome
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done {
+		return g.w.Write(p)
+	}
+	g.buf = append(g.buf, p...)
+	for !g.done {
+		i := bytes.IndexByte(g.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(g.buf[:i])
+		g.buf = g.buf[i+1:]
+		rest, ok := strings.CutPrefix(line, GatePrefix)
+		if !ok {
+			g.done = true
+			if _, err := io.WriteString(g.w, line+"\n"); err != nil {
+				return len(p), err
+			}
+			break
+		}
+		g.line(rest)
+	}
+	if g.done && len(g.buf) > 0 {
+		_, err := g.w.Write(g.buf)
+		g.buf = nil
+		return len(p), err
+	}
+	return len(p), nil
+}
+
+// line takes one of the gate's lines (without the prefix).
+func (g *gateWriter) line(s string) {
+	switch {
+	case strings.HasPrefix(s, "{"):
+		var v GateVerdict
+		if json.Unmarshal([]byte(s), &v) == nil {
+			g.rep.Verdicts = append(g.rep.Verdicts, v)
+		}
+	case strings.HasPrefix(s, "pass "):
+		g.rep.Passed, g.seen, g.done = true, true, true
+	default:
+		g.rep.Failure, g.seen = s, true
+	}
+}
+
+// report is the gate's outcome once the workload ended: a gate that
+// printed nothing failed to run at all.
+func (g *gateWriter) report() *VerifyReport {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.rep
+	if r.Verdicts == nil {
+		r.Verdicts = []GateVerdict{}
+	}
+	if !g.seen {
+		r.Failure = fmt.Sprintf("the gate %s printed no outcome", GatePath)
+	}
+	return &r
+}
