@@ -38,8 +38,9 @@ func GateArgv(matrix string, argv []string) []string {
 	return append([]string{GatePath, "gate", "--config-json", matrix, "--"}, argv...)
 }
 
-// GateVerdict is one verdict of the gate, as the probe printed it.
-type GateVerdict struct {
+// ProbeVerdict is one attempt of the hostile probe, as it prints it (the
+// gate's lines, sforge verify's output).
+type ProbeVerdict struct {
 	Check  string `json:"check"`
 	Target string `json:"target"`
 	Expect string `json:"expect"`
@@ -52,8 +53,8 @@ type GateVerdict struct {
 // VerifyReport is the gate's outcome in the report.
 type VerifyReport struct {
 	// Passed says every verdict passed and the agent was started.
-	Passed   bool          `json:"passed"`
-	Verdicts []GateVerdict `json:"verdicts"`
+	Passed   bool           `json:"passed"`
+	Verdicts []ProbeVerdict `json:"verdicts"`
 	// Failure is the gate's line for the first verdict that failed, or
 	// why it could not run.
 	Failure string `json:"failure,omitempty"`
@@ -116,7 +117,7 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 func (g *gateWriter) line(s string) {
 	switch {
 	case strings.HasPrefix(s, "{"):
-		var v GateVerdict
+		var v ProbeVerdict
 		if json.Unmarshal([]byte(s), &v) == nil {
 			g.rep.Verdicts = append(g.rep.Verdicts, v)
 		}
@@ -134,7 +135,7 @@ func (g *gateWriter) report() *VerifyReport {
 	defer g.mu.Unlock()
 	r := g.rep
 	if r.Verdicts == nil {
-		r.Verdicts = []GateVerdict{}
+		r.Verdicts = []ProbeVerdict{}
 	}
 	if !g.seen {
 		r.Failure = fmt.Sprintf("the gate %s printed no outcome", GatePath)

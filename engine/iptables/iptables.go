@@ -88,11 +88,7 @@ func (e *Engine) Install(t engine.Target, a policy.Allowlist) (engine.Report, er
 		return rep, fmt.Errorf("failed to name the chain: %w", err)
 	}
 	err = engine.WithNetNS(t.NetNS, func() error {
-		tables, err := readTables()
-		if err != nil {
-			return err
-		}
-		b, err := e.chooseBackend(tables)
+		_, b, err := e.backendHere()
 		if err != nil {
 			return err
 		}
@@ -193,11 +189,7 @@ func (e *Engine) Check(t engine.Target, a policy.Allowlist) error {
 		return fmt.Errorf("failed to name the chain: %w", err)
 	}
 	return engine.WithNetNS(t.NetNS, func() error {
-		tables, err := readTables()
-		if err != nil {
-			return err
-		}
-		b, err := e.chooseBackend(tables)
+		_, b, err := e.backendHere()
 		if err != nil {
 			return err
 		}
@@ -398,11 +390,7 @@ func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
 	var r engine.Refused
 	var digest []string
 	err = engine.WithNetNS(t.NetNS, func() error {
-		tables, err := readTables()
-		if err != nil {
-			return err
-		}
-		b, err := e.chooseBackend(tables)
+		tables, b, err := e.backendHere()
 		if err != nil {
 			return err
 		}
@@ -447,4 +435,15 @@ func (e *Engine) Refused(t engine.Target) (engine.Refused, error) {
 		r.Ruleset = sum(digest)
 	}
 	return r, err
+}
+
+// backendHere reads the tables of the calling thread's namespace (call it
+// inside engine.WithNetNS) and chooses the backend there.
+func (e *Engine) backendHere() (nsTables, Backend, error) {
+	tables, err := readTables()
+	if err != nil {
+		return tables, "", err
+	}
+	b, err := e.chooseBackend(tables)
+	return tables, b, err
 }

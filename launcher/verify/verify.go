@@ -65,15 +65,7 @@ type Request struct {
 var holdArgs = []string{ProbeInImage, "hold", "10m"}
 
 // Verdict is one probe attempt, as the probe printed it.
-type Verdict struct {
-	Check  string `json:"check"`
-	Target string `json:"target"`
-	Expect string `json:"expect"`
-	Got    string `json:"got"`
-	Pass   bool   `json:"pass"`
-	Error  string `json:"error,omitempty"`
-	Ms     int64  `json:"ms"`
-}
+type Verdict = launcher.ProbeVerdict
 
 // Finding is a check verify made outside the probe (the backend's own:
 // runtime registered, CNI enforcement on Kubernetes...).
