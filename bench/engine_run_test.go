@@ -25,7 +25,7 @@ import (
 // registered as users register it. Each engine's isolated runs (the
 // allowlist, NET_RAW dropped) are compared with its plain runs of the
 // same image with NET_RAW dropped, all contenders interleaved round by
-// round with the first one rotated.
+// round in a shuffled order (timing.Orders).
 //
 // Rootless engines run the hook or the runtime in a user namespace of their
 // own (podman's, rootlesskit's), where the engine opens the container's
@@ -50,10 +50,11 @@ func engineRuns(b *testing.B, title string, cs []*runContender) {
 	nr := rounds(20)
 	load0 := loadAvg()
 	start := time.Now()
+	order := timing.Orders(len(cs))
 	for range b.N {
-		for round := range nr {
-			for k := range cs {
-				c := cs[(k+round)%len(cs)]
+		for range nr {
+			for _, k := range order() {
+				c := cs[k]
 				t0 := time.Now()
 				if err := c.run(); err != nil {
 					b.Fatalf("%s: %v", c.name, err)

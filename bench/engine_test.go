@@ -63,13 +63,15 @@ func rounds(def int) int {
 }
 
 // interleaved runs run(size, k) for each of r rounds, each size and each
-// of n contenders, rotating the contenders' order each round: no contender
-// always runs right after another's cleanup.
+// of n contenders, in an order shuffled each round (seeded, so a rerun
+// repeats it): no contender always runs right after the same other one,
+// whose cleanup the kernel may still be finishing.
 func interleaved(r int, sizes []int, n int, run func(size, k int)) {
-	for round := range r {
+	order := timing.Orders(n)
+	for range r {
 		for _, size := range sizes {
-			for k := range n {
-				run(size, (k+round)%n)
+			for _, k := range order() {
+				run(size, k)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ package timing
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -64,3 +65,11 @@ func Ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(
 
 // Us formats a duration in microseconds with one decimal.
 func Us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)) }
+
+// Orders gives each round's order of n contenders: a seeded shuffle, so
+// that no contender always runs right after the same other one (whose
+// cleanup the kernel may still be finishing), and a rerun repeats it.
+func Orders(n int) func() []int {
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	return func() []int { return rng.Perm(n) }
+}
