@@ -159,6 +159,11 @@ func setup(link string, addrs []string, gateway netip.Addr) error {
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+link+"/accept_dad", []byte("0"), 0o644); err != nil {
 		return fmt.Errorf("failed to disable DAD on %s: %w", link, err)
 	}
+	// No router solicitations either: the namespace then sends nothing
+	// of its own accord once its link is up (tests count refused packets).
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+link+"/router_solicitations", []byte("0"), 0o644); err != nil {
+		return fmt.Errorf("failed to disable router solicitations on %s: %w", link, err)
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return err
 	}
