@@ -124,7 +124,8 @@ func (g *gateWriter) line(s string) {
 	case strings.HasPrefix(s, "pass "):
 		g.rep.Passed, g.seen, g.done = true, true, true
 	default:
-		g.rep.Failure, g.seen = s, true
+		// Any other line of the gate's is its outcome: it exits after it.
+		g.rep.Failure, g.seen, g.done = s, true, true
 	}
 }
 

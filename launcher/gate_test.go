@@ -47,3 +47,32 @@ func TestGateWriterFailure(t *testing.T) {
 		t.Fatalf("GateArgv %q", got)
 	}
 }
+
+// Whatever the workload writes, in whatever pieces, gateWriter never
+// panics, never loses a byte of what is not the gate's, and reads nothing
+// after the gate handed over.
+func FuzzGateWriter(f *testing.F) {
+	f.Add([]byte(GatePrefix+`{"check":"tcp","target":"a:1","expect":"refused","got":"refused","pass":true,"ms":1}`+"\n"+GatePrefix+"pass 1\nagent\n"), 5)
+	f.Add([]byte(GatePrefix+"FAIL tcp a:1: got reachable, want refused\n"), 3)
+	f.Add([]byte("no gate at all\n"+GatePrefix+"pass 9\n"), 1)
+	f.Add([]byte(GatePrefix+"{not json\n"+GatePrefix), 2)
+	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
+		if chunk <= 0 || chunk > 64 {
+			chunk = 7
+		}
+		var out bytes.Buffer
+		g := &gateWriter{w: &out}
+		for i := 0; i < len(data); i += chunk {
+			if _, err := g.Write(data[i:min(i+chunk, len(data))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := g.report()
+		if !bytes.HasSuffix(data, out.Bytes()) {
+			t.Fatalf("passed through %q, not a tail of %q", out.Bytes(), data)
+		}
+		if r.Passed && r.Failure != "" {
+			t.Fatalf("passed with a failure: %+v", r)
+		}
+	})
+}
