@@ -229,6 +229,11 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 	if !found {
 		return a, false, nil
 	}
+	if a.Resolver.IsValid() {
+		// The Pod's resolver is the cluster's, through the dns capability.
+		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s refused: its allowlist asks for a resolver of its own (resolver:%s), which sforge-cni does not start; remove the resolver: and name: entries (hostAliases pin names in a Pod)",
+			podName(args), a.Resolver)
+	}
 	if len(info.NetRawKeepers) > 0 {
 		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s refused: container(s) %s keep NET_RAW, with which raw and packet sockets bypass the egress rules; add NET_RAW to securityContext.capabilities.drop",
 			podName(args), strings.Join(info.NetRawKeepers, ", "))

@@ -164,6 +164,7 @@ func TestAddErrors(t *testing.T) {
 	}{
 		{name: "no prevResult", conf: map[string]any{"prevResult": nil}, want: "missing prevResult: chain sforge-cni after", noCall: true},
 		{name: "malformed annotation", conf: annotations("v1;tcp:bad"), want: "pod default/agent-1: invalid sforge.io/egress value", noCall: true},
+		{name: "own resolver", conf: annotations("v1;tcp:10.0.0.12:8080;resolver:127.0.0.53;name:judge.local=10.0.0.12"), want: "asks for a resolver of its own (resolver:127.0.0.53), which sforge-cni does not start", noCall: true},
 		{name: "install fails", conf: annotations("v1"), setup: func(e *fakeEngine, _ *fakePods, _ *Plugin) { e.installErr = errors.New("iptables-restore: boom") }, want: "failed to install egress rules, refusing to start it: iptables-restore: boom"},
 		{name: "no engine", conf: annotations("v1"), setup: func(_ *fakeEngine, _ *fakePods, p *Plugin) {
 			p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("no iptables") }

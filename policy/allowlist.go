@@ -129,6 +129,11 @@ type Allowlist struct {
 	DNS []netip.Addr
 	// Action applies to everything not allowed; the zero value means Reject.
 	Action Action
+	// Resolver, when valid, is the loopback address of the container's
+	// own resolver (see names.go); the rules are the same either way.
+	Resolver netip.Addr
+	// Names are what that resolver answers.
+	Names []Name
 }
 
 // DockerEmbeddedDNS is the address of Docker's embedded resolver on user
@@ -136,7 +141,8 @@ type Allowlist struct {
 // own: reachable only when listed in Allowlist.DNS.
 var DockerEmbeddedDNS = netip.AddrFrom4([4]byte{127, 0, 0, 11})
 
-// MaxEntries bounds the number of endpoints plus resolvers in one allowlist.
+// MaxEntries bounds the number of endpoints, resolvers and names in one
+// allowlist.
 const MaxEntries = 256
 
 // Canonical returns a validated copy with endpoints and resolvers sorted and
@@ -168,7 +174,31 @@ func (a Allowlist) Canonical() (Allowlist, error) {
 	out.Endpoints = slices.Compact(out.Endpoints)
 	slices.SortFunc(out.DNS, netip.Addr.Compare)
 	out.DNS = slices.Compact(out.DNS)
-	if n := len(out.Endpoints) + len(out.DNS); n > MaxEntries {
+	if a.Resolver.IsValid() {
+		if err := checkResolver(a.Resolver); err != nil {
+			return Allowlist{}, err
+		}
+		if out.AllowsDNS(a.Resolver) {
+			return Allowlist{}, fmt.Errorf("resolver %s is also listed as an allowed DNS server", a.Resolver)
+		}
+		out.Resolver = a.Resolver
+	}
+	for _, n := range a.Names {
+		if !out.Resolver.IsValid() {
+			return Allowlist{}, fmt.Errorf("name %s: names are answered by the container's resolver, and there is none", n)
+		}
+		n.Addr = n.Addr.Unmap()
+		if err := CheckHost(n.Host); err != nil {
+			return Allowlist{}, fmt.Errorf("name %s: %w", n, err)
+		}
+		if !n.Addr.Is4() {
+			return Allowlist{}, fmt.Errorf("name %s: not an IPv4 address (IPv6 is blocked inside the sandbox)", n)
+		}
+		out.Names = append(out.Names, n)
+	}
+	slices.SortFunc(out.Names, compareNames)
+	out.Names = slices.Compact(out.Names)
+	if n := len(out.Endpoints) + len(out.DNS) + len(out.Names); n > MaxEntries {
 		return Allowlist{}, fmt.Errorf("allowlist has %d entries, more than the limit of %d", n, MaxEntries)
 	}
 	return out, nil
@@ -186,5 +216,6 @@ func (a Allowlist) Equal(b Allowlist) bool {
 	if errA != nil || errB != nil {
 		return false
 	}
-	return ca.Action == cb.Action && slices.Equal(ca.Endpoints, cb.Endpoints) && slices.Equal(ca.DNS, cb.DNS)
+	return ca.Action == cb.Action && slices.Equal(ca.Endpoints, cb.Endpoints) && slices.Equal(ca.DNS, cb.DNS) &&
+		ca.Resolver == cb.Resolver && slices.Equal(ca.Names, cb.Names)
 }

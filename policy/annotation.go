@@ -36,9 +36,10 @@ const (
 //
 // The first entry is the version. "tcp:" and "udp:" entries name an IPv4
 // address or network and a port; "dns:" an allowed resolver (UDP and TCP
-// 53); "else:" the action for everything else (reject when absent). The
-// canonical form sorts entries, omits "else:reject" and writes single hosts
-// without "/32".
+// 53); "else:" the action for everything else (reject when absent);
+// "resolver:" and "name:" give the container a resolver of its own (see
+// names.go). The canonical form sorts entries, omits "else:reject" and
+// writes single hosts without "/32".
 const entrySep = ";"
 
 // AnnotationError reports a malformed allowlist value, naming the entry.
@@ -74,6 +75,14 @@ func Encode(a Allowlist) (string, error) {
 	if c.Action != Reject {
 		b.WriteString(entrySep + "else:")
 		b.WriteString(string(c.Action))
+	}
+	if c.Resolver.IsValid() {
+		b.WriteString(entrySep + "resolver:")
+		b.WriteString(c.Resolver.String())
+	}
+	for _, n := range c.Names {
+		b.WriteString(entrySep + "name:")
+		b.WriteString(n.String())
 	}
 	if b.Len() > MaxValueBytes {
 		return "", fmt.Errorf("encoded allowlist is %d bytes, more than the limit of %d", b.Len(), MaxValueBytes)
@@ -115,7 +124,7 @@ func Decode(value string) (Allowlist, error) {
 			if text == "" {
 				return fail("empty entry (stray %q)", entrySep)
 			}
-			return fail("want KIND:VALUE with KIND one of tcp, udp, dns, else")
+			return fail("want KIND:VALUE with KIND one of tcp, udp, dns, else, resolver, name")
 		}
 		var key string
 		switch kind {
@@ -143,8 +152,28 @@ func Decode(value string) (Allowlist, error) {
 			}
 			a.Action = act
 			key = "else"
+		case "resolver":
+			r, err := netip.ParseAddr(rest)
+			if err != nil {
+				return fail("want an IPv4 loopback address")
+			}
+			if err := checkResolver(r); err != nil {
+				return fail("%v", err)
+			}
+			if a.Resolver.IsValid() {
+				return fail("the resolver is already set")
+			}
+			a.Resolver = r
+			key = "resolver"
+		case "name":
+			n, err := parseNameEntry(rest)
+			if err != nil {
+				return fail("%v", err)
+			}
+			a.Names = append(a.Names, n)
+			key = "name:" + n.String()
 		default:
-			return fail("unknown kind %q (allowed: tcp, udp, dns, else)", kind)
+			return fail("unknown kind %q (allowed: tcp, udp, dns, else, resolver, name)", kind)
 		}
 		if prev, dup := seen[key]; dup {
 			return fail("duplicates entry %d", prev)

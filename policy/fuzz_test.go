@@ -13,6 +13,8 @@ func FuzzDecode(f *testing.F) {
 		"v1", "v1;tcp:10.0.0.12:8080", "v1;dns:10.96.0.10;else:drop",
 		"v1;tcp:104.18.0.0/16:443;udp:10.0.0.5:4000", "v1;tcp:1.2.3.4/32:1;tcp:1.2.3.4:1",
 		"v2", "", "v1;;", "v1;tcp:::1:80", "v1;else:drop;else:drop",
+		"v1;resolver:127.0.0.53;name:judge.local=10.0.0.12", "v1;name:a=1.2.3.4", "v1;resolver:127.0.0.11",
+		"v1;resolver:10.0.0.1", "v1;resolver:127.0.0.53;name:A_b=1.2.3.4;name:a=::1",
 	} {
 		f.Add(s)
 	}
