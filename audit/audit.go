@@ -23,6 +23,7 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/internal/version"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 // DefaultPath is the audit log when nothing else is configured.
@@ -43,25 +44,33 @@ const Schema = "sforge.io/audit/v1"
 // sforge-cni records at the Pod's end (reason policy.RefusedEventReason).
 const EventAnnotation = "sforge.io/audit"
 
-// MaxEventDestinations bounds the destinations a record carries on an
-// Event (the node's audit log has them all); the rest count as uncounted
-// there.
+// MaxEventDestinations bounds the destinations, and the names, a record
+// carries on an Event (the node's audit log has them all); the rest count
+// as uncounted there.
 const MaxEventDestinations = 256
 
-// ForEvent is r cut to MaxEventDestinations destinations.
+// ForEvent is r cut to MaxEventDestinations destinations and names.
 func (r Record) ForEvent() Record {
-	if len(r.Blocked) <= MaxEventDestinations {
-		return r
+	if len(r.Blocked) > MaxEventDestinations {
+		for _, d := range r.Blocked[MaxEventDestinations:] {
+			r.BlockedUncounted += d.Count
+		}
+		r.Blocked = r.Blocked[:MaxEventDestinations:MaxEventDestinations]
 	}
-	for _, d := range r.Blocked[MaxEventDestinations:] {
-		r.BlockedUncounted += d.Count
+	if r.Resolver != nil && len(r.Resolver.BlockedNames) > MaxEventDestinations {
+		res := *r.Resolver
+		for _, n := range res.BlockedNames[MaxEventDestinations:] {
+			res.BlockedNamesUncounted += n.Count
+		}
+		res.BlockedNames = res.BlockedNames[:MaxEventDestinations:MaxEventDestinations]
+		r.Resolver = &res
 	}
-	r.Blocked = r.Blocked[:MaxEventDestinations:MaxEventDestinations]
 	return r
 }
 
 // MaxLine bounds a line read back; a written line is far smaller (the
-// per-destination counts are bounded by the engine).
+// per-destination counts are bounded by the engine, the names by the
+// resolver).
 const MaxLine = 1 << 20
 
 // Record is one line of the audit log.
@@ -97,6 +106,45 @@ type Record struct {
 	Version string `json:"sforge_version,omitempty"`
 	// Error says why the counts could not be read, when they could not.
 	Error string `json:"error,omitempty"`
+	// Resolver is what the container's own resolver refused, when its
+	// allowlist gave it one (see package resolver).
+	Resolver *ResolverRecord `json:"resolver,omitempty"`
+}
+
+// ResolverRecord is what a container's resolver saw.
+type ResolverRecord struct {
+	// Address is where it listened (port 53).
+	Address string `json:"address"`
+	// Answered counts queries for the pinned names.
+	Answered uint64 `json:"answered"`
+	// BlockedNamesTotal counts refused queries; BlockedNames the refused
+	// names, most asked first; BlockedNamesUncounted the refused queries
+	// for names beyond the resolver's table.
+	BlockedNamesTotal     uint64               `json:"blocked_names_total"`
+	BlockedNames          []resolver.NameCount `json:"blocked_names"`
+	BlockedNamesUncounted uint64               `json:"blocked_names_uncounted,omitempty"`
+	// Malformed counts messages that were not one well-formed query;
+	// RateLimited queries dropped over the resolver's rate.
+	Malformed   uint64 `json:"malformed,omitempty"`
+	RateLimited uint64 `json:"rate_limited,omitempty"`
+	// Error says why the resolver's record is missing, when it is.
+	Error string `json:"error,omitempty"`
+}
+
+// NewResolverRecord is the record of a resolver at address from its
+// statistics, or from the error that kept them.
+func NewResolverRecord(address string, st resolver.Stats, err error) *ResolverRecord {
+	r := &ResolverRecord{Address: address, BlockedNames: []resolver.NameCount{}}
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.Answered, r.BlockedNamesTotal, r.BlockedNamesUncounted = st.Answered, st.Total(), st.Uncounted
+	r.Malformed, r.RateLimited = st.Malformed, st.Limited
+	if st.Refused != nil {
+		r.BlockedNames = st.Refused
+	}
+	return r
 }
 
 // NewRecord fills a record from an engine's counts.
@@ -242,6 +290,35 @@ func Summary(total uint64, blocked []engine.RefusedDestination, max int) string 
 			break
 		}
 		parts = append(parts, fmt.Sprintf("%s ×%d", Destination(d), d.Count))
+	}
+	return s + ": " + strings.Join(parts, ", ")
+}
+
+// NamesSummary is the resolver's part of a summary line, "; 5 lookups of
+// 2 names were refused: a.example ×3, b.example ×2" (at most max names
+// listed; none when max is 0), or "" when the container had no resolver.
+func NamesSummary(r *ResolverRecord, max int) string {
+	switch {
+	case r == nil:
+		return ""
+	case r.Error != "":
+		return "; the names asked are not known: " + r.Error
+	case r.BlockedNamesTotal == 0:
+		return "; no lookup of a name was refused"
+	}
+	n := uint64(len(r.BlockedNames))
+	s := fmt.Sprintf("; %d %s of %d %s %s refused", r.BlockedNamesTotal, plural(r.BlockedNamesTotal, "lookup", "lookups"),
+		n, plural(n, "name", "names"), plural(r.BlockedNamesTotal, "was", "were"))
+	if max <= 0 || n == 0 {
+		return s
+	}
+	var parts []string
+	for i, c := range r.BlockedNames {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("and %d more", len(r.BlockedNames)-max))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d", c.Name, c.Count))
 	}
 	return s + ": " + strings.Join(parts, ", ")
 }

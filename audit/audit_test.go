@@ -2,6 +2,8 @@ package audit
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 func TestAppendRead(t *testing.T) {
@@ -115,5 +118,38 @@ func TestSummary(t *testing.T) {
 		if got := Summary(tc.total, tc.b, tc.max); got != tc.want {
 			t.Errorf("Summary(%d, %d destinations, %d) = %q, want %q", tc.total, len(tc.b), tc.max, got, tc.want)
 		}
+	}
+}
+
+func TestNamesSummaryAndEvent(t *testing.T) {
+	names := []resolver.NameCount{{Name: "github.com", Count: 3}, {Name: "pypi.org", Count: 2}}
+	r := NewResolverRecord("127.0.0.53", resolver.Stats{Refused: names}, nil)
+	for _, tc := range []struct {
+		r    *ResolverRecord
+		max  int
+		want string
+	}{
+		{nil, 3, ""},
+		{NewResolverRecord("127.0.0.53", resolver.Stats{}, nil), 3, "; no lookup of a name was refused"},
+		{r, 0, "; 5 lookups of 2 names were refused"},
+		{r, 1, "; 5 lookups of 2 names were refused: github.com ×3, and 1 more"},
+		{NewResolverRecord("127.0.0.53", resolver.Stats{}, errors.New("gone")), 3, "; the names asked are not known: gone"},
+	} {
+		if got := NamesSummary(tc.r, tc.max); got != tc.want {
+			t.Errorf("NamesSummary = %q, want %q", got, tc.want)
+		}
+	}
+	var many []resolver.NameCount
+	for i := range MaxEventDestinations + 10 {
+		many = append(many, resolver.NameCount{Name: fmt.Sprintf("n%d.example", i), Count: 2})
+	}
+	rec := NewRecord("c1", "sforge-hook", "nftables", "v1", engine.Refused{})
+	rec.Resolver = NewResolverRecord("127.0.0.53", resolver.Stats{Refused: many}, nil)
+	ev := rec.ForEvent()
+	if len(ev.Resolver.BlockedNames) != MaxEventDestinations || ev.Resolver.BlockedNamesUncounted != 20 || ev.Resolver.BlockedNamesTotal != uint64(2*len(many)) {
+		t.Fatalf("event record: %d names, %d uncounted", len(ev.Resolver.BlockedNames), ev.Resolver.BlockedNamesUncounted)
+	}
+	if len(rec.Resolver.BlockedNames) != len(many) {
+		t.Fatal("ForEvent changed the record it was given")
 	}
 }

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"cmp"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -30,13 +31,18 @@ func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist
 	if err != nil {
 		rec.Error = oneLine(err.Error())
 	}
+	rec.Resolver = h.names
 	path := cmp.Or(h.AuditLog, filepath.Join(filepath.Dir(cmp.Or(h.Log.Path, DefaultLogPath)), "audit.jsonl"))
 	if err := audit.Append(path, rec); err != nil {
 		h.Log.Printf("audit container=%s error: %v", t.ID, err)
 		return
 	}
-	h.Log.Printf("audit container=%s blocked=%d destinations=%d duration=%s%s", t.ID, r.Total, len(r.Destinations),
-		time.Since(start).Round(time.Microsecond), errSuffix(err))
+	names := ""
+	if h.names != nil {
+		names = fmt.Sprintf(" names=%d lookups=%d", len(h.names.BlockedNames), h.names.BlockedNamesTotal)
+	}
+	h.Log.Printf("audit container=%s blocked=%d destinations=%d%s duration=%s%s", t.ID, r.Total, len(r.Destinations),
+		names, time.Since(start).Round(time.Microsecond), errSuffix(err))
 }
 
 func errSuffix(err error) string {

@@ -25,6 +25,7 @@ import (
 	"github.com/sforge-dev/netiso/engine/nftables"
 	"github.com/sforge-dev/netiso/oci"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 // Main runs the hook with the process's arguments (program name first) and
@@ -33,6 +34,9 @@ func Main(args []string, stdin io.Reader, stderr io.Writer, getenv func(string) 
 	if len(args) == 2 && args[1] == HoldStage {
 		hold(stdin)
 		return 0
+	}
+	if len(args) >= 2 && args[1] == ResolverStage {
+		return resolver.Child(args[2:])
 	}
 	opts, err := ParseArgs(args[1:], getenv)
 	log := &Logger{Path: opts.LogPath}
@@ -66,6 +70,9 @@ type Hook struct {
 	// AuditLog is where poststop records what the rules refused;
 	// audit.jsonl beside the log when empty.
 	AuditLog string
+
+	// names is what the container's resolver refused, read at poststop.
+	names *audit.ResolverRecord
 }
 
 // Run executes stage for the container whose OCI state is on stdin. At
@@ -155,6 +162,11 @@ func (h *Hook) install(stage string, st *specs.State) error {
 	// one given by path may be gone (podman tears its network down first)
 	// before poststop could read the counts: hold it until then.
 	h.keepNetNS(st, nsPath)
+	if d.Allow.Resolver.IsValid() {
+		if err := h.startResolver(st, nsPath, d.Allow); err != nil {
+			return refuse("its resolver could not start: "+err.Error(), "check the hook's log; without a resolver, drop the resolver entry from the allowlist")
+		}
+	}
 	return nil
 }
 
@@ -181,6 +193,7 @@ func (h *Hook) poststop(st *specs.State) {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
 		return
 	}
+	h.names = h.collectResolver(st, cfg)
 	if held := heldNetNS(st); pathExists(held) {
 		h.poststopHeld(st, cfg, held)
 		return

@@ -274,16 +274,22 @@ func (s *Shim) prepare(a Args) (*plan, error) {
 		return nil, fmt.Errorf("container %s: %w", a.ID, err)
 	}
 	if s.Log != nil {
-		s.Log.Infof("container %s: isolation hooks added (%d endpoints, %d resolvers), %s dropped", a.ID, len(d.Allow.Endpoints), len(d.Allow.DNS), oci.CapNetRaw)
+		own := ""
+		if r := d.Allow.Resolver; r.IsValid() {
+			own = fmt.Sprintf(", its own resolver at %s for %d names", r, len(d.Allow.Names))
+		}
+		s.Log.Infof("container %s: isolation hooks added (%d endpoints, %d resolvers%s), %s dropped", a.ID, len(d.Allow.Endpoints), len(d.Allow.DNS), own, oci.CapNetRaw)
 	}
 	return p, nil
 }
 
 // makesNetNS reports whether the shim makes the container's namespace and
 // installs there itself: a namespace of the container's own, outside a
-// user namespace (which must own one the runtime creates in it).
+// user namespace (which must own one the runtime creates in it), for a
+// container without a resolver of its own (the createRuntime hook starts
+// that, for as long as the container's first process lives).
 func makesNetNS(d *oci.Decision) bool {
-	return d.NetNSPath == "" && !d.UserNS
+	return d.NetNSPath == "" && !d.UserNS && !d.Allow.Resolver.IsValid()
 }
 
 // addHooks adds sforge-hook at stages.

@@ -1,0 +1,58 @@
+package hook
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sforge-dev/netiso/audit"
+	"github.com/sforge-dev/netiso/oci"
+	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
+)
+
+// ResolverStage is the hook's internal mode for a container's resolver
+// (see package resolver); runtimes never pass it.
+const ResolverStage = "resolver"
+
+// resolverWait bounds how long poststop waits for the resolver's record.
+var resolverWait = time.Second
+
+func resolverState(st *specs.State) string { return filepath.Join(st.Bundle, resolver.StateName) }
+
+// startResolver starts the container's resolver in its network namespace,
+// after its rules are in place, for as long as its first process lives.
+func (h *Hook) startResolver(st *specs.State, nsPath string, allow policy.Allowlist) error {
+	ns, err := os.Open(nsPath)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	start := time.Now()
+	pid, err := resolver.Start("/proc/self/exe", []string{ResolverStage}, ns, st.Pid, allow.Resolver, allow, resolverState(st))
+	if err != nil {
+		return err
+	}
+	h.Log.Printf("resolver container=%s pid=%d listen=%s:53 names=%d duration=%s",
+		st.ID, pid, allow.Resolver, len(allow.Names), time.Since(start).Round(time.Microsecond))
+	return nil
+}
+
+// collectResolver reads what the container's resolver refused; nil when it
+// had none.
+func (h *Hook) collectResolver(st *specs.State, cfg *oci.Config) *audit.ResolverRecord {
+	stats, found, err := resolver.Collect(resolverState(st), resolverWait)
+	if !found {
+		return nil
+	}
+	if err != nil {
+		h.Log.Printf("resolver container=%s error: %v", st.ID, err)
+	}
+	addr := ""
+	if a, _, aerr := policy.Find(cfg.Spec.Annotations, oci.Env(cfg.Spec)); aerr == nil && a.Resolver.IsValid() {
+		addr = a.Resolver.String()
+	}
+	return audit.NewResolverRecord(addr, stats, err)
+}

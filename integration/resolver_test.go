@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"encoding/binary"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sforge-dev/netiso/hook"
+	"github.com/sforge-dev/netiso/internal/testbin"
+	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
+)
+
+// TestResolverProcess runs a container's resolver as the hook does, from
+// the built sforge-hook, in a network namespace of the test's, for a
+// process of the test's: it serves on the namespace's loopback only, as
+// nobody; it ends with the process and leaves its record, which Collect
+// reads.
+func TestResolverProcess(t *testing.T) {
+	netns := testenv.NewNetNS(t)
+	hookBin := testbin.Build(t, "./cmd/sforge-hook")
+	allow, err := policy.Decode("v1;tcp:198.51.100.10:8080;resolver:127.0.0.53;name:judge.sforge.test=198.51.100.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := exec.Command("sleep", "300")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Process.Kill(); _, _ = first.Process.Wait() })
+	state := filepath.Join(t.TempDir(), resolver.StateName)
+	f, err := os.Open(netns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := resolver.Start(hookBin, []string{hook.ResolverStage}, f, first.Process.Pid, allow.Resolver, allow, state)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil || !strings.Contains(string(status), "Uid:\t65534\t65534\t65534\t65534") || !strings.Contains(string(status), "NoNewPrivs:\t1") {
+		t.Errorf("the resolver does not serve as nobody with no_new_privs (%v):\n%s", err, status)
+	}
+	// Not in the host's namespace: nothing listens on 127.0.0.53 here.
+	if c, err := net.DialTimeout("tcp4", "127.0.0.53:53", time.Second); err == nil {
+		c.Close()
+		t.Fatal("the resolver listens in the host's network namespace")
+	}
+	ask := func(name string) dnsmessage.RCode {
+		t.Helper()
+		var rc dnsmessage.RCode
+		err := netns.Do(func(ns.NetNS) error {
+			c, err := net.DialTimeout("udp4", "127.0.0.53:53", time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 42})
+			_ = b.StartQuestions()
+			_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+			q, _ := b.Finish()
+			if _, err := c.Write(q); err != nil {
+				return err
+			}
+			buf := make([]byte, 512)
+			n, err := c.Read(buf)
+			if err != nil {
+				return err
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				return err
+			}
+			if binary.BigEndian.Uint16(buf) != 42 {
+				t.Errorf("reply id %d", binary.BigEndian.Uint16(buf))
+			}
+			rc = h.RCode
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return rc
+	}
+	if rc := ask("judge.sforge.test."); rc != dnsmessage.RCodeSuccess {
+		t.Errorf("pinned name: %s", rc)
+	}
+	for range 3 {
+		if rc := ask("leak.tunnel.sforge.invalid."); rc != dnsmessage.RCodeRefused {
+			t.Errorf("other name: %s", rc)
+		}
+	}
+	// The process ends: the resolver writes its record and exits.
+	_ = first.Process.Kill()
+	_, _ = first.Process.Wait()
+	st, found, err := resolver.Collect(state, 5*time.Second)
+	if err != nil || !found {
+		t.Fatalf("collect: found %v, %v", found, err)
+	}
+	if st.Answered != 1 || len(st.Refused) != 1 || st.Refused[0] != (resolver.NameCount{Name: "leak.tunnel.sforge.invalid", Count: 3}) {
+		t.Errorf("stats %+v", st)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("the resolver outlived the process it serves")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("the state file is left: %v", err)
+	}
+
+	// A resolver that cannot listen (the address is taken) fails the
+	// start, with the reason.
+	holder := exec.Command("sleep", "300")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _, _ = holder.Process.Wait() })
+	var taken net.PacketConn
+	if err := netns.Do(func(ns.NetNS) error {
+		var err error
+		taken, err = net.ListenPacket("udp4", "127.0.0.53:53")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	f, _ = os.Open(netns.Path())
+	defer f.Close()
+	_, err = resolver.Start(hookBin, []string{hook.ResolverStage}, f, holder.Process.Pid, allow.Resolver, allow, state)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start with the address taken: %v", err)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("a failed start leaves its state file: %v", err)
+	}
+}
+
+// running reports whether pid is a live process (not gone, not a zombie
+// waiting for a parent that released it).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
