@@ -20,6 +20,7 @@ type allowlistFlags struct {
 	dns      []string
 	action   string
 	timeout  time.Duration
+	own      string
 }
 
 func (f *allowlistFlags) add(fs *pflag.FlagSet) {
@@ -28,6 +29,9 @@ func (f *allowlistFlags) add(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.dns, "dns", nil, "IPv4 address of a DNS resolver to allow on port 53 (repeatable; 127.0.0.11 is Docker's embedded one)")
 	fs.StringVar(&f.action, "action", string(policy.Reject), "what happens to forbidden traffic: reject (immediate error) or drop (silent)")
 	fs.DurationVar(&f.timeout, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the URLs' hostnames may take")
+	fs.StringVar(&f.own, "own-resolver", "", "give the container a resolver of its own on this loopback address (alone: "+policy.DefaultResolver.String()+
+		") that answers the URLs' names and refuses, and records, every other; point the container's DNS at it (docker/podman --dns)")
+	fs.Lookup("own-resolver").NoOptDefVal = policy.DefaultResolver.String()
 }
 
 // resolve validates the flags and resolves the URLs' hostnames to IPv4
@@ -66,9 +70,22 @@ func (f *allowlistFlags) resolve(ctx context.Context, r policy.Resolver) (policy
 		}
 		dns = append(dns, a)
 	}
-	endpoints, _, err := policy.Resolve(ctx, r, f.timeout, targets...)
+	var own netip.Addr
+	if f.own != "" {
+		if own, err = netip.ParseAddr(f.own); err != nil || !own.Is4() || !own.IsLoopback() {
+			return policy.Allowlist{}, fmt.Errorf("--own-resolver %q: want an IPv4 loopback address such as %s", f.own, policy.DefaultResolver)
+		}
+	}
+	endpoints, resolved, err := policy.Resolve(ctx, r, f.timeout, targets...)
 	if err != nil {
 		return policy.Allowlist{}, err
 	}
-	return policy.Allowlist{Endpoints: endpoints, DNS: dns, Action: action}, nil
+	a := policy.Allowlist{Endpoints: endpoints, DNS: dns, Action: action}
+	if own.IsValid() {
+		a.Resolver, a.Names = own, policy.PinNames(resolved)
+	}
+	if a, err = a.Canonical(); err != nil {
+		return policy.Allowlist{}, fmt.Errorf("--own-resolver: %w", err)
+	}
+	return a, nil
 }

@@ -96,7 +96,7 @@ func (o *auditOptions) run(s Streams) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ENDED\tCONTAINER\tPOD\tREFUSED\tDESTINATIONS")
+	fmt.Fprintln(w, "ENDED\tCONTAINER\tPOD\tREFUSED\tDESTINATIONS\tNAMES")
 	for _, r := range rows {
 		pod := "-"
 		if r.Pod != "" {
@@ -106,7 +106,7 @@ func (o *auditOptions) run(s Streams) error {
 		if len(id) > 12 {
 			id = id[:12]
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), id, pod, refusedCell(r), destinationsCell(r, 3))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), id, pod, refusedCell(r), destinationsCell(r, 3), namesCell(r.Resolver, 3))
 	}
 	return w.Flush()
 }
@@ -138,6 +138,31 @@ func destinationsCell(r audit.Record, max int) string {
 	}
 	if r.BlockedUncounted > 0 {
 		parts = append(parts, fmt.Sprintf("%d uncounted", r.BlockedUncounted))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// namesCell is the names the container's resolver refused most, "-" when
+// it had none.
+func namesCell(r *audit.ResolverRecord, max int) string {
+	switch {
+	case r == nil:
+		return "-"
+	case r.Error != "":
+		return "error: " + r.Error
+	case r.BlockedNamesTotal == 0:
+		return "none refused"
+	}
+	var parts []string
+	for i, n := range r.BlockedNames {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("+%d more", len(r.BlockedNames)-max))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d", n.Name, n.Count))
+	}
+	if r.BlockedNamesUncounted > 0 {
+		parts = append(parts, fmt.Sprintf("%d uncounted", r.BlockedNamesUncounted))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 func TestAuditTable(t *testing.T) {
@@ -20,7 +21,8 @@ func TestAuditTable(t *testing.T) {
 	}
 	for i, r := range []audit.Record{
 		{Container: "aaaaaaaaaaaaaaaa", Engine: "nftables", PerDestination: true, BlockedTotal: 0, Time: now.Add(-3 * time.Hour)},
-		{Container: "bbbbbbbbbbbbbbbb", Engine: "nftables", PerDestination: true, BlockedTotal: 12, Blocked: []engine.RefusedDestination{d("198.51.100.7", 443, 9), d("203.0.113.1", 80, 3)}, Time: now.Add(-time.Hour)},
+		{Container: "bbbbbbbbbbbbbbbb", Engine: "nftables", PerDestination: true, BlockedTotal: 12, Blocked: []engine.RefusedDestination{d("198.51.100.7", 443, 9), d("203.0.113.1", 80, 3)}, Time: now.Add(-time.Hour),
+			Resolver: audit.NewResolverRecord("127.0.0.53", resolver.Stats{Refused: []resolver.NameCount{{Name: "github.com", Count: 4}}}, nil)},
 		{Container: "sandbox1", Pod: "agent-1", Namespace: "agents", Engine: "iptables-nft", BlockedTotal: 5, BlockedUncounted: 5, Time: now.Add(-time.Minute)},
 	} {
 		r.Schema = audit.Schema
@@ -42,7 +44,7 @@ func TestAuditTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ENDED") || !strings.Contains(lines[1], "agents/agent-1") ||
 		!strings.Contains(lines[1], "(totals only: iptables-nft engine)") || !strings.Contains(lines[2], "bbbbbbbbbbbb ") ||
-		!strings.Contains(lines[2], "tcp 198.51.100.7:443 ×9, tcp 203.0.113.1:80 ×3") || !strings.Contains(lines[3], "aaaaaaaaaaaa") {
+		!strings.Contains(lines[2], "tcp 198.51.100.7:443 ×9, tcp 203.0.113.1:80 ×3") || !strings.Contains(lines[2], "github.com ×4") || !strings.Contains(lines[3], "aaaaaaaaaaaa") {
 		t.Fatalf("table, newest first:\n%s", out)
 	}
 	if out, _ := run("--container", "bbbb"); strings.Count(out, "\n") != 2 {

@@ -27,7 +27,11 @@ func newCmdPolicyAnnotation(s Streams, r policy.Resolver) *cobra.Command {
 
 Hostnames in the URLs are resolved to IPv4 now, on this machine, and the
 addresses are what the container may reach: the container itself needs no DNS.
-A URL without a port uses 80 (http) or 443 (https).`,
+A URL without a port uses 80 (http) or 443 (https).
+
+With --own-resolver the container gets a resolver of its own, in its network
+namespace, that answers the URLs' names with those addresses and refuses every
+other name without forwarding it; the audit log records the names refused.`,
 		Example: `  # Judge and Anthropic's API
   sforge policy annotation --judge-url http://10.0.0.12:8080 --api-url https://api.anthropic.com
 
@@ -35,7 +39,12 @@ A URL without a port uses 80 (http) or 443 (https).`,
   docker run --runtime sforge -e "$(sforge policy annotation --env --judge-url http://10.0.0.12:8080)" IMAGE
 
   # podman, with the hooks.d registration
-  podman run --annotation "$(sforge policy annotation --judge-url http://10.0.0.12:8080)" IMAGE`,
+  podman run --annotation "$(sforge policy annotation --judge-url http://10.0.0.12:8080)" IMAGE
+
+  # a resolver of the container's own: the Judge's name resolves, every other
+  # name is refused and recorded in the audit log
+  docker run --runtime sforge --dns 127.0.0.53 --dns-search . \
+    -e "$(sforge policy annotation --env --own-resolver --judge-url http://judge.internal:8080)" IMAGE`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(cmd.Context()); err != nil {

@@ -64,6 +64,22 @@ func TestPolicyAnnotationRoundTrip(t *testing.T) {
 				Action:    policy.Drop,
 			},
 		},
+		{
+			args:   []string{"--judge-url", "http://198.51.100.10", "--api-url", "https://api.example.com", "--own-resolver"},
+			prefix: policy.AnnotationKey + "=",
+			want: policy.Allowlist{
+				Endpoints: []policy.Endpoint{
+					must(policy.HostEndpoint(netip.MustParseAddr("198.51.100.10"), policy.TCP, 80)),
+					must(policy.HostEndpoint(netip.MustParseAddr("203.0.113.7"), policy.TCP, 443)),
+					must(policy.HostEndpoint(netip.MustParseAddr("203.0.113.8"), policy.TCP, 443)),
+				},
+				Resolver: policy.DefaultResolver,
+				Names: []policy.Name{
+					{Host: "api.example.com", Addr: netip.MustParseAddr("203.0.113.7")},
+					{Host: "api.example.com", Addr: netip.MustParseAddr("203.0.113.8")},
+				},
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -103,6 +119,8 @@ func TestPolicyAnnotationErrors(t *testing.T) {
 		{[]string{"--judge-url", "http://1.2.3.4", "--action", "allow"}, `--action: unknown action "allow"`},
 		{[]string{"--judge-url", "http://1.2.3.4", "--resolve-timeout", "0s"}, "--resolve-timeout must be positive"},
 		{[]string{"--judge-url", "http://1.2.3.4", "extra"}, `unknown command "extra"`},
+		{[]string{"--judge-url", "http://1.2.3.4", "--own-resolver=10.0.0.1"}, `--own-resolver "10.0.0.1": want an IPv4 loopback address`},
+		{[]string{"--judge-url", "http://1.2.3.4", "--own-resolver=127.0.0.11"}, `--own-resolver: resolver 127.0.0.11: that is Docker's embedded resolver`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

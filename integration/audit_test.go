@@ -14,9 +14,13 @@ import (
 // The attempts an audited container makes with the probe (one packet
 // each: a refused TCP connect is reset, a UDP datagram and an ICMP echo
 // are refused at once), and the per-destination counts they must leave in
-// the audit line, most refused first.
+// the audit line, most refused first; the lookups it makes of its own
+// resolver, and the names refused.
 var (
-	auditProbe = []string{
+	auditAllowlist = regAllowlist + ";resolver:127.0.0.53;name:judge.sforge.test=" + regJudge4
+	auditProbe     = []string{
+		"dns", "github.com@127.0.0.53", "dns", "GitHub.com@127.0.0.53", "dns", "x.tunnel.sforge.invalid@127.0.0.53",
+		"dns", "judge.sforge.test@127.0.0.53", // pinned: answered, not counted
 		"tcp", regJudgeOther, "tcp", regJudgeOther, "tcp", regJudgeOther,
 		"udp", regJudgeUDP, "udp", regJudgeUDP,
 		"icmp", regJudge4,
@@ -30,6 +34,7 @@ var (
 		"tcp " + regJudge6 + " 8080: 1",
 	}
 	auditWantTotal = uint64(7)
+	auditWantNames = []string{"github.com: 2", "x.tunnel.sforge.invalid: 1"}
 )
 
 // auditRecord waits (bounded) for the audit line of container id in the
@@ -60,6 +65,17 @@ func checkAudit(t *testing.T, r audit.Record, allowlist string) {
 	t.Logf("audit line: %+v", r)
 	if r.Error != "" || r.Allowlist != allowlist || r.Engine == "" {
 		t.Errorf("audit line error %q allowlist %q engine %q, want no error, %q", r.Error, r.Allowlist, allowlist, r.Engine)
+	}
+	if res := r.Resolver; res == nil {
+		t.Errorf("no resolver in the audit line")
+	} else {
+		var names []string
+		for _, n := range res.BlockedNames {
+			names = append(names, fmt.Sprintf("%s: %d", n.Name, n.Count))
+		}
+		if res.Error != "" || res.Address != "127.0.0.53" || res.Answered != 1 || res.BlockedNamesTotal != 3 || strings.Join(names, "\n") != strings.Join(auditWantNames, "\n") {
+			t.Errorf("resolver %+v, names:\n%s\nwant:\n%s", *res, strings.Join(names, "\n"), strings.Join(auditWantNames, "\n"))
+		}
 	}
 	if r.BlockedTotal != auditWantTotal {
 		t.Errorf("blocked_total %d, want %d", r.BlockedTotal, auditWantTotal)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -139,9 +140,11 @@ func TestLauncherIsolated(t *testing.T) {
 func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 	t.Helper()
 	forbidden := "FORBIDDEN_URLS=" + strings.Join([]string{e.forbiddenURL, e.judgeOtherPortURL, e.v6URL}, " ")
+	// Names the container's own resolver refuses: one asked twice.
+	names := "FORBIDDEN_NAMES=github.com pypi.org GitHub.com"
 	report := filepath.Join(t.TempDir(), "report.json")
-	code, out, errOut := e.run(t, []string{forbidden}, "--task", example, "--agent", "command",
-		"--judge-url", e.judgeURL, "--env", "FORBIDDEN_URLS", "--report", report)
+	code, out, errOut := e.run(t, []string{forbidden, names}, "--task", example, "--agent", "command",
+		"--judge-url", e.judgeURL, "--env", "FORBIDDEN_URLS", "--env", "FORBIDDEN_NAMES", "--report", report)
 	if code != 0 {
 		t.Fatalf("exit %d (2 means a leak)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -151,6 +154,7 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 		"agent: trying a destination that is not the judge: " + e.forbiddenURL,
 		"agent: trying a destination that is not the judge: " + e.judgeOtherPortURL,
 		"agent: trying a destination that is not the judge: " + e.v6URL,
+		"agent: looking up a name that is not the judge's: pypi.org",
 		"agent: done",
 	} {
 		if !strings.Contains(out, want) {
@@ -160,9 +164,15 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 	if n := strings.Count(out, "refused, as expected"); n != 3 {
 		t.Errorf("%d destinations refused, want 3\nstdout:\n%s", n, out)
 	}
+	if n := strings.Count(out, "not resolved, as expected"); n != 3 {
+		t.Errorf("%d names not resolved, want 3\nstdout:\n%s", n, out)
+	}
+	t.Logf("stdout:\n%s\nstderr:\n%s", out, errOut)
 	rep := readReport(t, report)
 	al, _ := rep["allowlist"].(map[string]any)
-	if rep["isolated"] != true || al == nil || al["value"] != "v1;tcp:198.51.100.10:8080" {
+	// The container's resolver answers the one name /etc/hosts pins.
+	value, _ := al["value"].(string)
+	if rep["isolated"] != true || al == nil || !strings.HasPrefix(value, "v1;tcp:198.51.100.10:8080;resolver:127.0.0.53;name:host.docker.internal=") {
 		t.Errorf("report %v", rep)
 	}
 	validateReportFile(t, report)
@@ -171,7 +181,7 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 		t.Errorf("report enforcement %v, want the ruleset read back to match the allowlist's", rep["enforcement"])
 	}
 	// What the rules refused: one connection attempt to each forbidden URL.
-	if want := "sforge: 3 attempts to 3 forbidden destinations were refused (see " + report + ")"; !strings.Contains(errOut, want) {
+	if want := "sforge: 3 attempts to 3 forbidden destinations were refused; 3 lookups of 2 names were refused (see " + report + ")"; !strings.Contains(errOut, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, errOut)
 	}
 	var got []string
@@ -190,6 +200,12 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 	if rep["blocked_total"] != float64(3) || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("report blocked_total %v, blocked:\n%s\nwant:\n%s", rep["blocked_total"], strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// What the container's resolver refused: each lookup once, names in
+	// lower case, most asked first.
+	gotNames, _ := json.Marshal(rep["blocked_names"])
+	if wantNames := `[{"count":2,"name":"github.com"},{"count":1,"name":"pypi.org"}]`; rep["blocked_names_total"] != float64(3) || string(gotNames) != wantNames {
+		t.Errorf("report blocked_names_total %v, blocked_names %s, want %s", rep["blocked_names_total"], gotNames, wantNames)
+	}
 	e.requireNoContainers(t)
 }
 
@@ -197,7 +213,7 @@ func (e *launcherEnv) helloJudge(t *testing.T, example string) {
 // Docker (dockerd-rootless.sh run by testdocker.RootlessUser, the sforge
 // runtime registered in its daemon.json): the same hello-judge run as
 // TestLauncherIsolated, and the exit code propagated; both creates are
-// isolated by the runtime in a namespace it makes.
+// isolated, each with a resolver of its own.
 func TestLauncherRootless(t *testing.T) {
 	requireIsolationPieces(t)
 	prefix, logs := userPrefix(t, repoRoot(t), testdocker.RootlessUser)
@@ -221,9 +237,16 @@ func TestLauncherRootless(t *testing.T) {
 		}
 		e.requireNoContainers(t)
 	})
+	// A container with a resolver of its own is isolated by the
+	// createRuntime hook, which starts the resolver for as long as the
+	// container's first process lives.
 	log, _ := os.ReadFile(filepath.Join(logs, "runtime.log"))
-	if n := strings.Count(string(log), "isolated before start (netns=made-by-sforge"); n != 2 {
-		t.Errorf("%d isolated creates in a namespace the runtime made; want 2:\n%s", n, log)
+	if n := strings.Count(string(log), "isolation hooks added"); n != 2 {
+		t.Errorf("%d isolated creates through the hooks; want 2:\n%s", n, log)
+	}
+	hookLog, _ := os.ReadFile(filepath.Join(logs, "hook.log"))
+	if n := strings.Count(string(hookLog), " listen=127.0.0.53:53 "); n != 2 {
+		t.Errorf("%d resolvers started; want 2:\n%s", n, hookLog)
 	}
 }
 

@@ -103,6 +103,12 @@ var matrixKinds = []string{
 	"packet-socket", "nft-delete", "unshare-netns",
 }
 
+// resolverKinds are the attempts on a container's own resolver (sforge run
+// and sforge verify on Docker give it one).
+var resolverKinds = []string{
+	"resolver-tunnel-udp", "resolver-tunnel-tcp", "resolver-long-udp", "resolver-long-tcp", "resolver-binary-udp", "resolver-pinned",
+}
+
 // TestProbeMatrixRunc: the built hook under real runc, on every engine.
 func TestProbeMatrixRunc(t *testing.T) {
 	requireRunc(t)

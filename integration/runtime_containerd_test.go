@@ -111,10 +111,10 @@ func TestRuntimeContainerd(t *testing.T) {
 	})
 	// The poststop hook records what the rules refused.
 	t.Run("audit", func(t *testing.T) {
-		args := append([]string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(regAllowlist)}, "/sforge-probe", "--timeout", "1s")
+		args := append([]string{"--with-ns", withNS, "--annotation", policy.AnnotationAssignment(auditAllowlist)}, "/sforge-probe", "--timeout", "1s")
 		out, _ := run(t, args[:4], append(args[4:], auditProbe...)...)
 		t.Logf("probe:\n%s", out)
-		checkAudit(t, auditRecord(t, os.Getenv(audit.Env), fmt.Sprintf("sf%d", n)), regAllowlist)
+		checkAudit(t, auditRecord(t, os.Getenv(audit.Env), fmt.Sprintf("sf%d", n)), auditAllowlist)
 	})
 	// A namespace of its own (ctr wires no network into it): containerd's
 	// runc shim runs sforge-runtime's create as it runs runc's, and the

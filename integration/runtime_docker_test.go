@@ -239,17 +239,17 @@ func (ds *dockerSforge) audited(t *testing.T, path string) {
 	t.Helper()
 	d := ds.d
 	name := "audit-" + randSuffix()
-	d.MustDocker(t, append([]string{"run", "-d", "--name", name, "--network", "sfnet", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + regAllowlist,
-		ds.image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
+	d.MustDocker(t, append([]string{"run", "-d", "--name", name, "--network", "sfnet", "--runtime", "sforge", "-e", "SFORGE_EGRESS=" + auditAllowlist,
+		"--dns", "127.0.0.53", ds.image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
 	t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", name) })
 	id := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.Id}}", name))
 	d.MustDocker(t, "wait", name)
 	t.Logf("probe:\n%s", d.MustDocker(t, "logs", name))
 	d.MustDocker(t, "rm", name)
-	checkAudit(t, auditRecord(t, path, id), regAllowlist)
+	checkAudit(t, auditRecord(t, path, id), auditAllowlist)
 	// sforge audit shows it.
 	out, err := regSforge(t, ds.prefix, nil, "audit", "--log", path, "--container", id[:12])
-	if err != nil || !strings.Contains(out, id[:12]) || !strings.Contains(out, "tcp "+regJudgeOther+" ×3") {
+	if err != nil || !strings.Contains(out, id[:12]) || !strings.Contains(out, "tcp "+regJudgeOther+" ×3") || !strings.Contains(out, "github.com ×2") {
 		t.Errorf("sforge audit: %v\n%s", err, out)
 	}
 }

@@ -67,7 +67,7 @@ func TestRuntimePodman(t *testing.T) {
 	// beside its --log.
 	t.Run("audit", func(t *testing.T) {
 		name := "audit-" + randSuffix()
-		p.MustPodman(t, append([]string{"run", "-d", "--name", name, "--annotation", annotation, "--cap-drop", "NET_RAW", image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
+		p.MustPodman(t, append([]string{"run", "-d", "--name", name, "--annotation", policy.AnnotationAssignment(auditAllowlist), "--dns", "127.0.0.53", "--cap-drop", "NET_RAW", image, "/sforge-probe", "--timeout", "1s"}, auditProbe...)...)
 		t.Cleanup(func() { _, _ = p.Podman(context.Background(), "rm", "-f", name) })
 		id := strings.TrimSpace(p.MustPodman(t, "inspect", "-f", "{{.Id}}", name))
 		p.MustPodman(t, "wait", name)
@@ -75,7 +75,7 @@ func TestRuntimePodman(t *testing.T) {
 		p.MustPodman(t, "rm", name)
 		b, _ := os.ReadFile(hookLog)
 		t.Logf("hook log:\n%s", tail(string(b), 12))
-		checkAudit(t, auditRecord(t, filepath.Join(filepath.Dir(hookLog), "audit.jsonl"), id), regAllowlist)
+		checkAudit(t, auditRecord(t, filepath.Join(filepath.Dir(hookLog), "audit.jsonl"), id), auditAllowlist)
 	})
 	t.Run("user namespace", func(t *testing.T) {
 		// --uidmap: the container, and its network namespace, in a user

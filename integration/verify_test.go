@@ -88,7 +88,7 @@ func TestVerifyDocker(t *testing.T) {
 		for _, v := range rep.Verdicts {
 			kinds[v.Check] = true
 		}
-		for _, k := range matrixKinds {
+		for _, k := range append(matrixKinds, resolverKinds...) {
 			if !kinds[k] {
 				t.Errorf("verify did not try %s", k)
 			}

@@ -74,6 +74,10 @@ type HostInfo struct {
 	// DNS are resolvers the workload must reach (Kubernetes); empty on
 	// Docker, where Judge and API names are pinned in /etc/hosts.
 	DNS []netip.Addr
+	// Resolver, when valid and DNS is empty, is where the workload gets a
+	// resolver of its own that answers the pinned names and refuses, and
+	// records, every other (Docker; see package resolver).
+	Resolver netip.Addr
 	// AllowlistForm says how the allowlist travels: "annotation" or
 	// "env" (Docker API < 1.43 drops annotations).
 	AllowlistForm string

@@ -154,7 +154,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 			} else if rec.Error != "" {
 				fmt.Fprintf(o.Log, "sforge: the refused attempts are not known: %s\n", rec.Error)
 			} else {
-				fmt.Fprintf(o.Log, "sforge: %s%s\n", audit.Summary(rec.BlockedTotal, rec.Blocked, 0), o.reportHint())
+				fmt.Fprintf(o.Log, "sforge: %s%s%s\n", audit.Summary(rec.BlockedTotal, rec.Blocked, 0), audit.NamesSummary(rec.Resolver, 0), o.reportHint())
 			}
 		}
 		rep.Timings.Total = ms(time.Since(began))

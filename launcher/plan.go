@@ -409,7 +409,8 @@ func (p *Plan) Targets() []policy.Target {
 // API hosts resolved to IPv4 now (names the backend knows, such as
 // host.docker.internal, to the address it gave), plus the resolvers the
 // backend needs. The resolved names are pinned in the workload's
-// /etc/hosts so that it needs no DNS.
+// /etc/hosts so that it needs no DNS, and, where the backend gives the
+// workload a resolver of its own, answered by that resolver too.
 func (p *Plan) Resolve(ctx context.Context, r policy.Resolver, timeout time.Duration, host HostInfo) error {
 	if !p.Isolated {
 		return nil
@@ -421,7 +422,15 @@ func (p *Plan) Resolve(ctx context.Context, r policy.Resolver, timeout time.Dura
 	if err != nil {
 		return err
 	}
-	a, err := policy.Allowlist{Endpoints: endpoints, DNS: host.DNS, Action: policy.Reject}.Canonical()
+	a := policy.Allowlist{Endpoints: endpoints, DNS: host.DNS, Action: policy.Reject}
+	if host.Resolver.IsValid() && len(host.DNS) == 0 {
+		a.Resolver = host.Resolver
+		a.Names = policy.PinNames(resolved)
+		for name, addr := range host.Aliases {
+			a.Names = append(a.Names, policy.PinNames(map[string][]netip.Addr{name: {addr}})...)
+		}
+	}
+	a, err = a.Canonical()
 	if err != nil {
 		return fmt.Errorf("failed to build the allowlist: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 // setRefused puts an audit record's counts in the report.
@@ -42,6 +43,17 @@ func (r *Report) setRefused(rec audit.Record, err error) {
 		r.Blocked = []engine.RefusedDestination{}
 	}
 	r.BlockedUncounted = rec.BlockedUncounted
+	if res := rec.Resolver; res != nil {
+		if res.Error != "" {
+			r.BlockedNamesError = res.Error
+			return
+		}
+		total := res.BlockedNamesTotal
+		r.BlockedNamesTotal, r.BlockedNames, r.BlockedNamesUncounted = &total, res.BlockedNames, res.BlockedNamesUncounted
+		if r.BlockedNames == nil {
+			r.BlockedNames = []resolver.NameCount{}
+		}
+	}
 }
 
 // ReportSchema names the report's format (report.schema.json); it changes
@@ -78,6 +90,14 @@ type Report struct {
 	Blocked          []engine.RefusedDestination `json:"blocked,omitempty"`
 	BlockedUncounted uint64                      `json:"blocked_uncounted,omitempty"`
 	BlockedError     string                      `json:"blocked_error,omitempty"`
+	// BlockedNamesTotal, BlockedNames and BlockedNamesUncounted are the
+	// names the workload's own resolver refused (Docker, when the
+	// workload may not use DNS); BlockedNamesError says why they are
+	// missing.
+	BlockedNamesTotal     *uint64              `json:"blocked_names_total,omitempty"`
+	BlockedNames          []resolver.NameCount `json:"blocked_names,omitempty"`
+	BlockedNamesUncounted uint64               `json:"blocked_names_uncounted,omitempty"`
+	BlockedNamesError     string               `json:"blocked_names_error,omitempty"`
 	// Enforcement is where and how the rules were enforced, as read back
 	// from the kernel at the workload's end.
 	Enforcement *Enforcement `json:"enforcement,omitempty"`

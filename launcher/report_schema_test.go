@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sforge-dev/netiso/launcher/agent"
 	"github.com/sforge-dev/netiso/launcher/task"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 func validateReport(t *testing.T, r *Report) {
@@ -71,6 +73,24 @@ func TestReportSchemaAndEnforcement(t *testing.T) {
 	if r.Enforcement.RulesetMatches {
 		t.Fatal("a foreign ruleset matches")
 	}
+	validateReport(t, r)
+	// The names the container's resolver refused, and a record without
+	// them.
+	rec.Resolver = audit.NewResolverRecord("127.0.0.53", resolver.Stats{Answered: 2, Uncounted: 1,
+		Refused: []resolver.NameCount{{Name: "github.com", Count: 4}, {Name: `\000x.tunnel.invalid`, Count: 1}}}, nil)
+	r.setRefused(rec, nil)
+	if *r.BlockedNamesTotal != 6 || len(r.BlockedNames) != 2 || r.BlockedNames[0] != (resolver.NameCount{Name: "github.com", Count: 4}) || r.BlockedNamesUncounted != 1 {
+		t.Fatalf("names %v total %d", r.BlockedNames, *r.BlockedNamesTotal)
+	}
+	validateReport(t, r)
+	rec.Resolver = audit.NewResolverRecord("127.0.0.53", resolver.Stats{}, errors.New("the container's resolver (pid 7) left no record"))
+	r = newReport(p, "docker")
+	r.setRefused(rec, nil)
+	if r.BlockedNamesError == "" || r.BlockedNames != nil || r.BlockedNamesTotal != nil {
+		t.Fatalf("names error %q names %v", r.BlockedNamesError, r.BlockedNames)
+	}
+	r.ExitCode = &code
+	r.finish(p, nil)
 	validateReport(t, r)
 	// An open run: no allowlist, no record.
 	openPlan := &Plan{Task: &task.Task{Name: "t1"}, Agent: agent.Profile{Name: "command"}, IsolationSource: "default"}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -37,9 +38,10 @@ var checks = map[string]checkFunc{
 	"marker":   checkMarker,
 	"wait":     checkWait,
 	"hold":     checkHold,
+	"dns":      checkLookup,
 }
 
-const usage = "usage: sforge-probe matrix [--config FILE | --config-json JSON], or sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH, hold DURATION)"
+const usage = "usage: sforge-probe matrix [--config FILE | --config-json JSON], or sforge-probe [--timeout DURATION] CHECK ARG [CHECK ARG]... (checks: tcp HOST:PORT, tcp6 [ADDR]:PORT, udp HOST:PORT, udp6 [ADDR]:PORT, icmp ADDR, loopback ADDR, marker PATH, wait PATH, hold DURATION, dns NAME@SERVER)"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "matrix" {
@@ -253,4 +255,21 @@ func checkWait(path string, _ time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("%s did not appear within %s", path, waitLimit)
+}
+
+// checkLookup asks SERVER (port 53, UDP) for NAME's A records, target
+// being NAME@SERVER: nil when it answers with an address.
+func checkLookup(target string, timeout time.Duration) error {
+	name, server, ok := strings.Cut(target, "@")
+	if !ok || name == "" || server == "" {
+		return fmt.Errorf("want NAME@SERVER, not %q", target)
+	}
+	rc, addrs, err := askResolver("udp4", net.JoinHostPort(server, "53"), labels(name), timeout)
+	if err != nil {
+		return err
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("no address (%s)", rc)
+	}
+	return nil
 }

@@ -150,7 +150,7 @@ func matrixVerdicts(cfg *MatrixConfig) []Verdict {
 	if cfg.Timeout != "" {
 		timeout, _ = time.ParseDuration(cfg.Timeout)
 	}
-	atts := planMatrix(cfg, defaultGateway(), interfaces())
+	atts := append(planMatrix(cfg, defaultGateway(), interfaces()), ownResolverAttempts(cfg)...)
 	verdicts := make([]Verdict, len(atts))
 	// Attempts are independent: running them at once bounds the whole
 	// matrix by the slowest attempt (a dropped packet's timeout), not by

@@ -125,6 +125,7 @@ func (b *Backend) Preflight(ctx context.Context, p *launcher.Plan) (launcher.Hos
 		host.ProxyClients = []netip.Prefix{subnet}
 		host.Details["bridge_gateway"] = gw.String()
 	}
+	host.Resolver = policy.DefaultResolver
 	return host, nil
 }
 
@@ -175,6 +176,11 @@ func ContainerConfig(p *launcher.Plan, annotation bool) (*container.Config, *con
 		hc.Runtime = RuntimeName
 		// AF_PACKET and raw sockets bypass netfilter.
 		hc.CapDrop = []string{"NET_RAW"}
+		if r := p.Allowlist.Resolver; r.IsValid() {
+			// The container's own resolver, and no search domain: a
+			// name is asked as given, once.
+			hc.DNS, hc.DNSSearch = []string{r.String()}, []string{"."}
+		}
 		if annotation {
 			hc.Annotations = map[string]string{policy.AnnotationKey: p.AllowlistValue}
 		} else {

@@ -64,9 +64,11 @@ func launch(t *testing.T, f *fakeAPI, p *launcher.Plan) (*launcher.Report, strin
 // TestContainerConfigByAPIVersion: an isolated run uses the sforge
 // runtime, drops NET_RAW, pins the Judge and API names to the resolved
 // IPv4 addresses, maps host.docker.internal to the host gateway, and puts
-// the allowlist in an annotation on API >= 1.43 and in SFORGE_EGRESS below.
+// the allowlist in an annotation on API >= 1.43 and in SFORGE_EGRESS below,
+// and gives the container its own resolver answering the pinned names.
 func TestContainerConfigByAPIVersion(t *testing.T) {
-	const want = "v1;tcp:198.51.100.10:8080;tcp:203.0.113.7:443;tcp:203.0.113.8:443"
+	const want = "v1;tcp:198.51.100.10:8080;tcp:203.0.113.7:443;tcp:203.0.113.8:443;resolver:127.0.0.53;" +
+		"name:api.example.com=203.0.113.7;name:api.example.com=203.0.113.8;name:host.docker.internal=172.17.0.1;name:judge.test=198.51.100.10"
 	for _, tt := range []struct {
 		version    string
 		annotation bool
@@ -90,6 +92,9 @@ func TestContainerConfigByAPIVersion(t *testing.T) {
 			wantHosts := []string{"api.example.com:203.0.113.7", "api.example.com:203.0.113.8", "judge.test:198.51.100.10", "host.docker.internal:host-gateway"}
 			if !slices.Equal(hc.ExtraHosts, wantHosts) {
 				t.Fatalf("extra hosts %v", hc.ExtraHosts)
+			}
+			if !slices.Equal(hc.DNS, []string{"127.0.0.53"}) || !slices.Equal(hc.DNSSearch, []string{"."}) {
+				t.Fatalf("dns %v search %v", hc.DNS, hc.DNSSearch)
 			}
 			envValue, inEnv := "", false
 			for _, kv := range cfg.Env {
@@ -161,7 +166,7 @@ func TestOpenNetworkConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc, cfg := f.createHC, f.createCfg
-	if hc.Runtime != "" || len(hc.CapDrop) != 0 || len(hc.Annotations) != 0 || rep.Allowlist != nil {
+	if hc.Runtime != "" || len(hc.CapDrop) != 0 || len(hc.Annotations) != 0 || rep.Allowlist != nil || len(hc.DNS) != 0 {
 		t.Fatalf("open network got isolation: %+v", hc)
 	}
 	if !slices.Equal(hc.ExtraHosts, []string{"host.docker.internal:host-gateway"}) {

@@ -2,7 +2,8 @@
 # The "agent" of the hello-judge example: a busybox script, no AI involved.
 # It shows what an agent sees inside a Work container: the query (with the
 # network notice when isolated), the dependency installed at build time, the
-# Judge answering, and a forbidden destination refused.
+# Judge answering, a forbidden destination refused, and a name that is not
+# the Judge's not resolved.
 #
 # Exit status: 0 as expected; 1 the judge did not answer; 2 a forbidden
 # destination answered although the network is restricted.
@@ -38,6 +39,18 @@ for url in ${FORBIDDEN_URLS:-}; do
 		echo "agent: it answered (the network is open for this run): $out"
 	else
 		echo "agent: refused, as expected: $out"
+	fi
+done
+for name in ${FORBIDDEN_NAMES:-}; do
+	echo "agent: looking up a name that is not the judge's: $name"
+	if out=$(timeout 10 nslookup -type=a "$name" 2>&1); then
+		if [ "$isolated" = 1 ]; then
+			echo "agent: LEAK: $name resolved although the network is restricted: $out"
+			exit 2
+		fi
+		echo "agent: it resolved (the network is open for this run)"
+	else
+		echo "agent: not resolved, as expected: $(echo "$out" | tail -n 1)"
 	fi
 done
 echo "agent: done"
