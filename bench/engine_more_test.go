@@ -212,18 +212,28 @@ func BenchmarkSforgeRun(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			report := filepath.Join(dir, "report.json")
+			// The audit log the runtime writes (beside its log), where
+			// sforge run reads the container's record.
 			cmd := exec.CommandContext(ctx, filepath.Join(prefix, "bin", "sforge"), "run", "--task", task, "--agent", "command",
-				"--judge-url", "http://198.51.100.10:8080", flag, "--report", report, "--", "/bin/true")
+				"--judge-url", "http://198.51.100.10:8080", flag, "--report", report, "--audit-log", filepath.Join(filepath.Dir(log), "audit.jsonl"),
+				"--", "/bin/true")
 			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host, "XDG_CONFIG_HOME="+xdg)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("%v\n%s", err, out)
 			}
 			var rep struct {
-				Timings map[string]float64 `json:"timings_ms"`
+				Timings      map[string]float64 `json:"timings_ms"`
+				Isolated     bool               `json:"isolated"`
+				BlockedError string             `json:"blocked_error"`
+				NamesTotal   *uint64            `json:"blocked_names_total"`
 			}
 			data, err := os.ReadFile(report)
 			if err != nil || json.Unmarshal(data, &rep) != nil {
 				return fmt.Errorf("no report: %v %s", err, data)
+			}
+			// A run whose record never came measures the wait for it.
+			if rep.Isolated && (rep.BlockedError != "" || rep.NamesTotal == nil) {
+				return fmt.Errorf("no audit record with the resolver's names in the report: %s", data)
 			}
 			if phases[flag] == nil {
 				phases[flag] = map[string]timing.Samples{}
@@ -235,7 +245,8 @@ func BenchmarkSforgeRun(b *testing.B) {
 		}
 	}
 	plain := &runContender{name: "sforge run --enable-internet", run: run("--enable-internet")}
-	isolated := &runContender{name: "sforge run --disable-internet", base: plain, log: log, mark: " isolated before start (", run: run("--disable-internet")}
+	// Isolated with the container's own resolver: the hooks install.
+	isolated := &runContender{name: "sforge run --disable-internet", base: plain, log: log, mark: " isolation hooks added (", run: run("--disable-internet")}
 	// The first runs build the task's image; the rounds measure starts.
 	for _, c := range []*runContender{plain, isolated} {
 		if err := c.run(); err != nil {

@@ -188,6 +188,9 @@ func BenchmarkDocker(b *testing.B) {
 	rootfs := busyboxRootfs(b, filepath.Join(dir, "image"), testenv.RequireBinary(b, "busybox"), "true")
 	const image = "sforge-bench/busybox:1"
 	allow := policy.EnvVar + "=" + hookAnnotation(b, 4)
+	// The same with a resolver of the container's own, as sforge run
+	// gives it: the hooks install, and the resolver starts, before start.
+	withResolver := allow + ";resolver:127.0.0.53;name:judge.sforge.test=198.51.100.10"
 	var cs []*runContender
 	for _, mode := range []string{"root", "rootless"} {
 		logDir := engineLogDir(b, dir, mode, mode == "rootless")
@@ -224,6 +227,11 @@ func BenchmarkDocker(b *testing.B) {
 		plain := &runContender{name: "docker " + mode + ", plain (runc)", run: run("--runtime", "runc", image, "/bin/true")}
 		cs = append(cs, plain, &runContender{name: "docker " + mode + ", isolated (4 entries)", base: plain, log: log, mark: mark,
 			run: run("--runtime", "sforge", "-e", allow, image, "/bin/true")})
+		if mode == "root" {
+			cs = append(cs, &runContender{name: "docker root, isolated, own resolver", base: plain,
+				log: filepath.Join(logDir, "hook.log"), mark: " listen=127.0.0.53:53 ",
+				run: run("--runtime", "sforge", "-e", withResolver, "--dns", "127.0.0.53", image, "/bin/true")})
+		}
 		if mode == "root" {
 			on := &runContender{name: "docker root, isolated via sh, record on", base: plain, log: filepath.Join(logDir, "sforge-record-on.log"), mark: mark,
 				run: run("--runtime", "sforge-record-on", "-e", allow, image, "/bin/true")}

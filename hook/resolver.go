@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"os"
 	"path/filepath"
 	"time"
 
@@ -25,13 +24,8 @@ func resolverState(st *specs.State) string { return filepath.Join(st.Bundle, res
 // startResolver starts the container's resolver in its network namespace,
 // after its rules are in place, for as long as its first process lives.
 func (h *Hook) startResolver(st *specs.State, nsPath string, allow policy.Allowlist) error {
-	ns, err := os.Open(nsPath)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
 	start := time.Now()
-	pid, err := resolver.Start("/proc/self/exe", []string{ResolverStage}, ns, st.Pid, allow.Resolver, allow, resolverState(st))
+	pid, err := resolver.Start("/proc/self/exe", []string{ResolverStage}, nsPath, st.Pid, allow.Resolver, allow, resolverState(st))
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,8 @@ import (
 // TestResolverProcess runs a container's resolver as the hook does, from
 // the built sforge-hook, in a network namespace of the test's, for a
 // process of the test's: it serves on the namespace's loopback only, as
-// nobody; it ends with the process and leaves its record, which Collect
-// reads.
+// nobody, with no socket but its listeners (nothing forwarded); it ends
+// with the process and leaves its record, which Collect reads.
 func TestResolverProcess(t *testing.T) {
 	netns := testenv.NewNetNS(t)
 	hookBin := testbin.Build(t, "./cmd/sforge-hook")
@@ -40,26 +40,12 @@ func TestResolverProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = first.Process.Kill(); _, _ = first.Process.Wait() })
 	state := filepath.Join(t.TempDir(), resolver.StateName)
-	f, err := os.Open(netns.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := resolver.Start(hookBin, []string{hook.ResolverStage}, f, first.Process.Pid, allow.Resolver, allow, state)
-	f.Close()
+	pid, err := resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), first.Process.Pid, allow.Resolver, allow, state)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil || !strings.Contains(string(status), "Uid:\t65534\t65534\t65534\t65534") || !strings.Contains(string(status), "NoNewPrivs:\t1") {
-		t.Errorf("the resolver does not serve as nobody with no_new_privs (%v):\n%s", err, status)
-	}
-	// Not in the host's namespace: nothing listens on 127.0.0.53 here.
-	if c, err := net.DialTimeout("tcp4", "127.0.0.53:53", time.Second); err == nil {
-		c.Close()
-		t.Fatal("the resolver listens in the host's network namespace")
-	}
 	ask := func(name string) dnsmessage.RCode {
 		t.Helper()
 		var rc dnsmessage.RCode
@@ -98,13 +84,39 @@ func TestResolverProcess(t *testing.T) {
 		}
 		return rc
 	}
+	// The sockets are bound when Start returns; the process then drops
+	// root and serves.
 	if rc := ask("judge.sforge.test."); rc != dnsmessage.RCodeSuccess {
 		t.Errorf("pinned name: %s", rc)
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil || !strings.Contains(string(status), "Uid:\t65534\t65534\t65534\t65534") || !strings.Contains(string(status), "NoNewPrivs:\t1") {
+		t.Errorf("the resolver does not serve as nobody with no_new_privs (%v):\n%s", err, status)
+	}
+	// Not in the host's namespace: nothing listens on 127.0.0.53 here.
+	if c, err := net.DialTimeout("tcp4", "127.0.0.53:53", time.Second); err == nil {
+		c.Close()
+		t.Fatal("the resolver listens in the host's network namespace")
 	}
 	for range 3 {
 		if rc := ask("leak.tunnel.sforge.invalid."); rc != dnsmessage.RCodeRefused {
 			t.Errorf("other name: %s", rc)
 		}
+	}
+	// Nothing forwarded: after the queries the resolver holds no socket
+	// but its two listeners.
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockets := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			sockets++
+		}
+	}
+	if sockets != 2 {
+		t.Errorf("the resolver holds %d sockets, want its 2 listeners", sockets)
 	}
 	// The process ends: the resolver writes its record and exits.
 	_ = first.Process.Kill()
@@ -143,9 +155,7 @@ func TestResolverProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	f, _ = os.Open(netns.Path())
-	defer f.Close()
-	_, err = resolver.Start(hookBin, []string{hook.ResolverStage}, f, holder.Process.Pid, allow.Resolver, allow, state)
+	_, err = resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), holder.Process.Pid, allow.Resolver, allow, state)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("start with the address taken: %v", err)
 	}

@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,31 +9,32 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/policy"
 )
 
 // A container's resolver is a process of its own, started by the hook
-// that installs the container's rules (see Start) and living as long as
-// the container's first process: it serves from sockets made in the
-// container's network namespace, drops root, and at the end writes what
-// it saw to a state file in the bundle, which the poststop hook reads
-// (see Collect).
+// that installs the container's rules (see Start): the hook makes its
+// sockets in the container's network namespace, so they are bound before
+// the container's process runs, and hands them to the process, which drops
+// root, serves, ends with the container's first process, and at the end
+// writes what it saw to a state file in the bundle, which the poststop
+// hook reads (see Collect).
 
 // StateName is the state file's name in the bundle.
 const StateName = "sforge-resolver.json"
 
 // Descriptors the child inherits, in this order from 3.
 const (
-	fdNetNS = 3 + iota
+	fdUDP = 3 + iota
+	fdTCP
 	fdState
-	fdReady
 	fdPid
 )
 
@@ -49,13 +49,13 @@ type State struct {
 	Stats *Stats `json:"stats,omitempty"`
 }
 
-// Start runs the resolver for a container: exe with args (a program that
-// calls Child with what follows them) is started in a session of its own,
-// enters netns (an open network namespace), listens on listen:53 there
-// over UDP and TCP, and answers allow's names until the process pid ends
-// or it receives SIGTERM. It returns once the resolver serves, or with the
-// reason it cannot.
-func Start(exe string, args []string, netns *os.File, pid int, listen netip.Addr, allow policy.Allowlist, statePath string) (int, error) {
+// Start runs the resolver for a container: it listens on listen:53 over
+// UDP and TCP in the network namespace at netns, then starts exe with args
+// (a program that calls Child with what follows them) in a session of its
+// own, which serves allow's names from those sockets until the process pid
+// ends or it receives SIGTERM. Queries sent before it serves wait in the
+// sockets; should it die, they are refused by the kernel.
+func Start(exe string, args []string, netns string, pid int, listen netip.Addr, allow policy.Allowlist, statePath string) (int, error) {
 	value, err := policy.Encode(allow)
 	if err != nil {
 		return 0, err
@@ -66,44 +66,31 @@ func Start(exe string, args []string, netns *os.File, pid int, listen netip.Addr
 	}
 	pidFile := os.NewFile(uintptr(pidfd), "pidfd")
 	defer pidFile.Close()
+	udp, tcp, err := listenIn(netns, netip.AddrPortFrom(listen, 53))
+	if err != nil {
+		return 0, err
+	}
+	defer udp.Close()
+	defer tcp.Close()
 	state, err := os.OpenFile(statePath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, err
 	}
 	defer state.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	cmd := exec.Command(exe, append(args, "--listen", listen.String(), "--allowlist", value)...)
-	cmd.ExtraFiles = []*os.File{netns, state, w, pidFile}
+	cmd := exec.Command(exe, append(args, "--allowlist", value)...)
+	cmd.ExtraFiles = []*os.File{udp, tcp, state, pidFile}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
+	if err := cmd.Start(); err != nil {
 		_ = os.Remove(statePath)
 		return 0, err
 	}
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(r).ReadString('\n')
-		ready <- strings.TrimSpace(line)
-	}()
-	var msg string
-	select {
-	case msg = <-ready:
-	case <-time.After(5 * time.Second):
-		msg = "not serving after 5s"
-	}
-	if msg != "ok" {
+	// Its last write replaces this one; it cannot come before: it follows
+	// the end of a process that has not started yet.
+	if err := writeState(state, State{Pid: cmd.Process.Pid}); err != nil {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
 		_ = os.Remove(statePath)
-		if msg == "" {
-			msg = "it exited before serving"
-		}
-		return 0, errors.New(strings.TrimPrefix(msg, "error: "))
+		return 0, err
 	}
 	// Never waited for: it outlives the hook and is reaped by whoever
 	// adopts it.
@@ -112,34 +99,57 @@ func Start(exe string, args []string, netns *os.File, pid int, listen netip.Addr
 	return p, nil
 }
 
+// listenIn makes the resolver's sockets in the network namespace at path
+// and returns them as files to hand on.
+func listenIn(path string, ap netip.AddrPort) (udp, tcp *os.File, err error) {
+	err = ns.WithNetNSPath(path, func(ns.NetNS) error {
+		u, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		t, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap))
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		if udp, err = u.File(); err != nil {
+			return err
+		}
+		if tcp, err = t.File(); err != nil {
+			udp.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to listen in the container's network namespace: %w", err)
+	}
+	return udp, tcp, nil
+}
+
 // Child is the resolver's process, with the arguments after those Start
 // was given. It returns the exit status.
 func Child(args []string) int {
-	ready := os.NewFile(fdReady, "ready")
-	fail := func(err error) int {
-		fmt.Fprintf(ready, "error: %v\n", err)
+	if len(args) != 2 || args[0] != "--allowlist" {
+		fmt.Fprintln(os.Stderr, "resolver: started by sforge-hook only")
+		return 2
+	}
+	allow, err := policy.Decode(args[1])
+	if err != nil {
 		return 1
 	}
-	var listen, value string
-	for i := 0; i+1 < len(args); i += 2 {
-		switch args[i] {
-		case "--listen":
-			listen = args[i+1]
-		case "--allowlist":
-			value = args[i+1]
-		}
-	}
-	addr, err := netip.ParseAddr(listen)
+	// FilePacketConn and FileListener hold copies of the descriptors.
+	uf, tf := os.NewFile(fdUDP, "udp"), os.NewFile(fdTCP, "tcp")
+	udp, err := net.FilePacketConn(uf)
+	uf.Close()
 	if err != nil {
-		return fail(fmt.Errorf("--listen %q: %w", listen, err))
+		return 1
 	}
-	allow, err := policy.Decode(value)
+	tcp, err := net.FileListener(tf)
+	tf.Close()
 	if err != nil {
-		return fail(err)
-	}
-	udp, tcp, err := listenIn(fdNetNS, netip.AddrPortFrom(addr, 53))
-	if err != nil {
-		return fail(err)
+		return 1
 	}
 	// The sockets are all it needs: serve as nobody, unable to gain
 	// privileges again. A user namespace that does not map nobody keeps
@@ -148,17 +158,11 @@ func Child(args []string) int {
 	if syscall.Setgroups(nil) == nil && syscall.Setgid(unprivileged) == nil {
 		_ = syscall.Setuid(unprivileged)
 	}
-	stateFile := os.NewFile(fdState, "state")
-	if err := writeState(stateFile, State{Pid: os.Getpid()}); err != nil {
-		return fail(err)
-	}
 	s := New(FromAllowlist(allow))
 	go func() { _ = s.ServeUDP(udp) }()
 	go func() { _ = s.ServeTCP(tcp) }()
-	fmt.Fprintln(ready, "ok")
-	ready.Close()
 
-	end := make(chan struct{}, 2)
+	end := make(chan struct{}, 1)
 	go func() {
 		fds := []unix.PollFd{{Fd: fdPid, Events: unix.POLLIN}}
 		for {
@@ -177,29 +181,10 @@ func Child(args []string) int {
 	udp.Close()
 	tcp.Close()
 	st := s.Stats()
-	if err := writeState(stateFile, State{Pid: os.Getpid(), Done: true, Stats: &st}); err != nil {
+	if err := writeState(os.NewFile(fdState, "state"), State{Pid: os.Getpid(), Done: true, Stats: &st}); err != nil {
 		return 1
 	}
 	return 0
-}
-
-// listenIn makes the resolver's sockets in the network namespace open at
-// fd, on a thread locked there for good (it is the process's only use).
-func listenIn(fd int, ap netip.AddrPort) (*net.UDPConn, *net.TCPListener, error) {
-	runtime.LockOSThread()
-	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-		return nil, nil, fmt.Errorf("failed to enter the container's network namespace: %w", err)
-	}
-	udp, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
-	if err != nil {
-		return nil, nil, err
-	}
-	tcp, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap))
-	if err != nil {
-		udp.Close()
-		return nil, nil, err
-	}
-	return udp, tcp, nil
 }
 
 func writeState(f *os.File, st State) error {
