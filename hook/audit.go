@@ -19,7 +19,7 @@ const Source = "sforge-hook"
 // record reads what the target's rules refused and appends the audit
 // line. It never fails the caller: a problem goes into the line and the
 // log.
-func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist) {
+func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist, names *audit.ResolverRecord) {
 	if h.AuditLog == audit.Off {
 		return
 	}
@@ -31,18 +31,18 @@ func (h *Hook) record(eng engine.Engine, t engine.Target, allow policy.Allowlist
 	if err != nil {
 		rec.Error = oneLine(err.Error())
 	}
-	rec.Resolver = h.names
+	rec.Resolver = names
 	path := cmp.Or(h.AuditLog, filepath.Join(filepath.Dir(cmp.Or(h.Log.Path, DefaultLogPath)), "audit.jsonl"))
 	if err := audit.Append(path, rec); err != nil {
 		h.Log.Printf("audit container=%s error: %v", t.ID, err)
 		return
 	}
-	names := ""
-	if h.names != nil {
-		names = fmt.Sprintf(" names=%d lookups=%d", len(h.names.BlockedNames), h.names.BlockedNamesTotal)
+	lookups := ""
+	if names != nil {
+		lookups = fmt.Sprintf(" names=%d lookups=%d", len(names.BlockedNames), names.BlockedNamesTotal)
 	}
 	h.Log.Printf("audit container=%s blocked=%d destinations=%d%s duration=%s%s", t.ID, r.Total, len(r.Destinations),
-		names, time.Since(start).Round(time.Microsecond), errSuffix(err))
+		lookups, time.Since(start).Round(time.Microsecond), errSuffix(err))
 }
 
 func errSuffix(err error) string {

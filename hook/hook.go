@@ -70,9 +70,6 @@ type Hook struct {
 	// AuditLog is where poststop records what the rules refused;
 	// audit.jsonl beside the log when empty.
 	AuditLog string
-
-	// names is what the container's resolver refused, read at poststop.
-	names *audit.ResolverRecord
 }
 
 // Run executes stage for the container whose OCI state is on stdin. At
@@ -193,9 +190,9 @@ func (h *Hook) poststop(st *specs.State) {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
 		return
 	}
-	h.names = h.collectResolver(st, cfg)
+	names := h.collectResolver(st, cfg)
 	if held := heldNetNS(st); pathExists(held) {
-		h.poststopHeld(st, cfg, held)
+		h.poststopHeld(st, cfg, held, names)
 		return
 	}
 	n := oci.NetworkNamespace(cfg.Spec)
@@ -216,7 +213,7 @@ func (h *Hook) poststop(st *specs.State) {
 		return
 	}
 	t := engine.Target{NetNS: n.Path, ID: st.ID}
-	h.record(eng, t, d.Allow)
+	h.record(eng, t, d.Allow, names)
 	h.remove(eng, t, opened)
 }
 
@@ -225,7 +222,7 @@ func (h *Hook) poststop(st *specs.State) {
 // is the container's, never the host's (both refuse that at start). The
 // counts are recorded; the rules are removed when the namespace outlives
 // the container (given by path, not made for it); the hold goes.
-func (h *Hook) poststopHeld(st *specs.State, cfg *oci.Config, held string) {
+func (h *Hook) poststopHeld(st *specs.State, cfg *oci.Config, held string, names *audit.ResolverRecord) {
 	defer func() {
 		if err := engine.ReleaseNetNS(held); err != nil {
 			h.Log.Printf("release container=%s error: %v", st.ID, err)
@@ -242,7 +239,7 @@ func (h *Hook) poststopHeld(st *specs.State, cfg *oci.Config, held string) {
 		return
 	}
 	t := engine.Target{NetNS: held, ID: st.ID}
-	h.record(eng, t, allow)
+	h.record(eng, t, allow, names)
 	if n := oci.NetworkNamespace(cfg.Spec); n != nil && n.Path != "" && n.Path != cfg.Spec.Annotations[oci.PreisolatedAnnotation] {
 		h.remove(eng, t, opened)
 	}

@@ -25,7 +25,7 @@ func resolverState(st *specs.State) string { return filepath.Join(st.Bundle, res
 // after its rules are in place, for as long as its first process lives.
 func (h *Hook) startResolver(st *specs.State, nsPath string, allow policy.Allowlist) error {
 	start := time.Now()
-	pid, err := resolver.Start("/proc/self/exe", []string{ResolverStage}, nsPath, st.Pid, allow.Resolver, allow, resolverState(st))
+	pid, err := resolver.Start("/proc/self/exe", []string{ResolverStage}, nsPath, st.Pid, allow, resolverState(st))
 	if err != nil {
 		return err
 	}

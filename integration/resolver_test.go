@@ -40,7 +40,7 @@ func TestResolverProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = first.Process.Kill(); _, _ = first.Process.Wait() })
 	state := filepath.Join(t.TempDir(), resolver.StateName)
-	pid, err := resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), first.Process.Pid, allow.Resolver, allow, state)
+	pid, err := resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), first.Process.Pid, allow, state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestResolverProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	_, err = resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), holder.Process.Pid, allow.Resolver, allow, state)
+	_, err = resolver.Start(hookBin, []string{hook.ResolverStage}, netns.Path(), holder.Process.Pid, allow, state)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("start with the address taken: %v", err)
 	}

@@ -49,13 +49,13 @@ type State struct {
 	Stats *Stats `json:"stats,omitempty"`
 }
 
-// Start runs the resolver for a container: it listens on listen:53 over
+// Start runs the resolver for a container: it listens on allow.Resolver:53 over
 // UDP and TCP in the network namespace at netns, then starts exe with args
 // (a program that calls Child with what follows them) in a session of its
 // own, which serves allow's names from those sockets until the process pid
 // ends or it receives SIGTERM. Queries sent before it serves wait in the
 // sockets; should it die, they are refused by the kernel.
-func Start(exe string, args []string, netns string, pid int, listen netip.Addr, allow policy.Allowlist, statePath string) (int, error) {
+func Start(exe string, args []string, netns string, pid int, allow policy.Allowlist, statePath string) (int, error) {
 	value, err := policy.Encode(allow)
 	if err != nil {
 		return 0, err
@@ -66,7 +66,7 @@ func Start(exe string, args []string, netns string, pid int, listen netip.Addr, 
 	}
 	pidFile := os.NewFile(uintptr(pidfd), "pidfd")
 	defer pidFile.Close()
-	udp, tcp, err := listenIn(netns, netip.AddrPortFrom(listen, 53))
+	udp, tcp, err := listenIn(netns, netip.AddrPortFrom(allow.Resolver, 53))
 	if err != nil {
 		return 0, err
 	}
