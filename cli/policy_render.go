@@ -37,15 +37,20 @@ type policyRenderOptions struct {
 func newCmdPolicyRender(s Streams, r policy.Resolver) *cobra.Command {
 	o := &policyRenderOptions{resolver: r}
 	cmd := &cobra.Command{
-		Use:   "render [-o yaml|json|iptables] --judge-url URL [--api-url URL]... [--pod NAME] [--namespace NS] [--dns-to kube-dns|any]",
+		Use:   "render [-o yaml|json|iptables] --judge-url URL [--api-url URL]... [--pod NAME] [--namespace NS] [--dns-to none|sforge|kube-dns|any]",
 		Short: "Print the NetworkPolicy (or the in-namespace iptables rules) for review or GitOps",
 		Long: `Print what sforge would enforce for the given endpoints, without a cluster.
 
 -o yaml and -o json print the NetworkPolicy sforge-iso-<pod> that
 'sforge run --backend k8s' applies next to the Pod: Egress only, to each
-allowed address and port, and DNS (TCP and UDP 53) to the cluster's kube-dns
-Pods (--dns-to kube-dns, the default) or to anywhere (--dns-to any). The
-output is ready for 'kubectl apply -f -'.
+allowed address and port. By default (--dns-to none, and --dns-to sforge,
+where the Pod's own resolver answers on its loopback) it allows no DNS: the
+Pod resolves the Judge and API names from /etc/hosts (hostAliases) and
+should have dnsPolicy: None with nameserver 127.0.0.1, as 'sforge run'
+gives it. --dns-to kube-dns allows TCP and UDP 53 to the cluster's kube-dns
+Pods and --dns-to any to anywhere: the cluster's resolver forwards any name,
+so the agent can carry data out in the names it looks up. The output is
+ready for 'kubectl apply -f -'.
 
 -o iptables prints the iptables-restore payloads (IPv4, then IPv6) that
 sforge-cni and sforge-hook load inside the container's network namespace.
@@ -55,6 +60,9 @@ sandbox's container id.
 Hostnames in the URLs are resolved to IPv4 now, on this machine.`,
 		Example: `  # The policy for a Work Pod, for review
   sforge policy render --judge-url http://10.0.0.12:8080 --api-url https://api.anthropic.com --pod agent-1
+
+  # With DNS to the cluster resolver (a channel out; see SECURITY.md)
+  sforge policy render --judge-url http://10.0.0.12:8080 --pod agent-1 --dns-to kube-dns
 
   # Apply it yourself (GitOps or a cluster where sforge may not create policies)
   sforge policy render --judge-url http://10.0.0.12:8080 --pod agent-1 -n evals | kubectl apply -f -
@@ -79,7 +87,7 @@ Hostnames in the URLs are resolved to IPv4 now, on this machine.`,
 	f.StringVarP(&o.output, "output", "o", renderYAML, "output format: yaml, json (the NetworkPolicy) or iptables (the rules inside the network namespace)")
 	f.StringVar(&o.pod, "pod", "", "name of the Work Pod (required for yaml/json): the policy is sforge-iso-<pod> and selects sforge-pod=<pod>")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace of the Pod and its policy")
-	f.StringVar(&o.dnsTo, "dns-to", string(netpol.DNSToKubeDNS), "where the policy allows DNS: kube-dns (the kube-system Pods labelled k8s-app=kube-dns) or any")
+	f.StringVar(&o.dnsTo, "dns-to", string(netpol.DNSToNone), "where the policy allows DNS: none or sforge (no port 53), kube-dns (the kube-system Pods labelled k8s-app=kube-dns) or any")
 	return cmd
 }
 
@@ -115,9 +123,13 @@ func (o *policyRenderOptions) run(s Streams) error {
 	if o.output == renderIPTables {
 		return o.runIPTables(s)
 	}
-	np, err := netpol.Build(o.allowlist, netpol.Options{Namespace: o.namespace, Pod: o.pod, DNSTo: netpol.DNSTo(o.dnsTo)})
+	dns := netpol.DNSTo(o.dnsTo)
+	np, err := netpol.Build(o.allowlist, netpol.Options{Namespace: o.namespace, Pod: o.pod, DNSTo: dns})
 	if err != nil {
 		return fmt.Errorf("failed to render the NetworkPolicy: %w", err)
+	}
+	if dns.Recursive() {
+		fmt.Fprintf(s.ErrOut, "sforge: warning: %s\n", dns.TunnelWarning())
 	}
 	var out []byte
 	if o.output == renderJSON {

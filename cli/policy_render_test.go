@@ -15,14 +15,20 @@ import (
 )
 
 func runPolicyRender(args ...string) (string, error) {
-	var out bytes.Buffer
-	cmd := newCmdPolicyRender(Streams{Out: &out, ErrOut: &out}, testResolver)
+	out, _, err := runPolicyRenderStreams(args...)
+	return out, err
+}
+
+// runPolicyRenderStreams returns what goes to stdout and to stderr apart.
+func runPolicyRenderStreams(args ...string) (string, string, error) {
+	var out, errOut bytes.Buffer
+	cmd := newCmdPolicyRender(Streams{Out: &out, ErrOut: &errOut}, testResolver)
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)
-	cmd.SetErr(&out)
+	cmd.SetErr(&errOut)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(context.Background())
-	return out.String(), err
+	return out.String(), errOut.String(), err
 }
 
 // TestPolicyRenderNetworkPolicy: -o yaml and -o json print exactly what
@@ -45,13 +51,18 @@ func TestPolicyRenderNetworkPolicy(t *testing.T) {
 	}{
 		{[]string{"--pod", "agent-1"}, netpol.Options{Namespace: "default", Pod: "agent-1"}},
 		{[]string{"--pod", "agent-1", "-o", "json", "-n", "evals", "--dns-to", "any"}, netpol.Options{Namespace: "evals", Pod: "agent-1", DNSTo: netpol.DNSToAny}},
-		{[]string{"--pod", "agent-2", "-o", "yaml", "--namespace", "evals", "--dns-to", "kube-dns"}, netpol.Options{Namespace: "evals", Pod: "agent-2"}},
+		{[]string{"--pod", "agent-2", "-o", "yaml", "--namespace", "evals", "--dns-to", "kube-dns"}, netpol.Options{Namespace: "evals", Pod: "agent-2", DNSTo: netpol.DNSToKubeDNS}},
+		{[]string{"--pod", "agent-3", "--dns-to", "sforge"}, netpol.Options{Namespace: "default", Pod: "agent-3", DNSTo: netpol.DNSToSforge}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			out, err := runPolicyRender(append(flags, tt.args...)...)
+			out, errOut, err := runPolicyRenderStreams(append(flags, tt.args...)...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A recursive mode is warned about, on stderr only.
+			if warned := strings.Contains(errOut, "a DNS tunnel"); warned != tt.opts.DNSTo.Recursive() {
+				t.Errorf("stderr %q: a warning about the DNS tunnel is expected for recursive modes only", errOut)
 			}
 			var got networkingv1.NetworkPolicy
 			if strings.Contains(strings.Join(tt.args, " "), "json") {
@@ -117,7 +128,7 @@ func TestPolicyRenderErrors(t *testing.T) {
 		{append(judge, "-o", "xml", "--pod", "p"), `-o "xml": unknown output format (allowed: yaml, json, iptables)`},
 		{judge, "--pod is required with -o yaml"},
 		{append(judge, "-o", "json"), "--pod is required with -o json"},
-		{append(judge, "--pod", "p", "--dns-to", "everywhere"), `--dns-to: unknown DNS destination "everywhere" (allowed: kube-dns, any)`},
+		{append(judge, "--pod", "p", "--dns-to", "everywhere"), `--dns-to: unknown DNS mode "everywhere" (allowed: none, sforge, kube-dns, any)`},
 		{append(judge, "-o", "iptables", "--dns-to", "any"), "--dns-to applies to the NetworkPolicy"},
 		{append(judge, "--pod", "Agent_1"), `invalid pod name "Agent_1"`},
 		{append(judge, "--pod", "p", "-n", "Evals"), `invalid namespace "Evals"`},

@@ -61,7 +61,7 @@ func (k *k8sFlags) set() []string {
 func (k *k8sFlags) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "with --backend k8s: the kubeconfig (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
 	f.StringVar(&k.namespace, "namespace", "", "with --backend k8s: the namespace of the Work Pod (default: the kubeconfig context's, else default)")
-	f.StringVar(&k.dnsTo, "dns-to", "", "with --backend k8s: where the NetworkPolicy lets DNS go: kube-dns (the cluster DNS Pods, default) or any")
+	f.StringVar(&k.dnsTo, "dns-to", "", "with --backend k8s: the isolated Pod's DNS: none (no resolver; names are pinned in /etc/hosts; default), sforge (a resolver of its own that answers only the pinned names), kube-dns (the cluster DNS Pods, which forward any name: a channel out) or any (anywhere on port 53)")
 }
 
 // validate checks the Kubernetes flags against the backend.

@@ -116,7 +116,7 @@ func TestRunRefusesBeforeContactingTheDaemon(t *testing.T) {
 		{"k8s loopback api", map[string]string{"SFORGE_AGENT_API_BASE_URL": "http://127.0.0.1:9090"}, []string{"--task", iso, "--agent", "codex", "--backend", "k8s", judge},
 			"which a Pod cannot reach; expose `sforge proxy` on an address Pods can reach", 2},
 		{"k8s bad dns-to", nil, []string{"--task", open, "--agent", "codex", "--backend", "k8s", "--dns-to", "everywhere"},
-			`--dns-to: unknown DNS destination "everywhere" (allowed: kube-dns, any)`, 2},
+			`--dns-to: unknown DNS mode "everywhere" (allowed: none, sforge, kube-dns, any)`, 2},
 		{"k8s api proxy", nil, []string{"--task", open, "--agent", "codex", "--backend", "k8s", "--api-proxy"},
 			"--api-proxy is not available with --backend k8s", 2},
 		{"k8s flags on docker", nil, []string{"--task", open, "--agent", "codex", "--namespace", "x", "--dns-to", "any"},

@@ -102,14 +102,15 @@ func ParseK8sArgs(args string) (K8sArgs, error) {
 }
 
 // dnsServers returns the IPv4 resolvers of the dns capability; IPv6 ones
-// are useless, since IPv6 is blocked.
+// are useless, since IPv6 is blocked, and loopback ones are the Pod's own
+// (or no resolver at all), which the rules never stop.
 func (c *NetConf) dnsServers() []netip.Addr {
 	if c.RuntimeConfig.DNS == nil {
 		return nil
 	}
 	var out []netip.Addr
 	for _, s := range c.RuntimeConfig.DNS.Servers {
-		if a, err := netip.ParseAddr(s); err == nil && a.Unmap().Is4() {
+		if a, err := netip.ParseAddr(s); err == nil && a.Unmap().Is4() && !a.Unmap().IsLoopback() {
 			out = append(out, a.Unmap())
 		}
 	}

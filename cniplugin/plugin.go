@@ -65,6 +65,9 @@ type Plugin struct {
 	Events EventRecorder
 	// EventTimeout bounds it (default DefaultEventTimeout).
 	EventTimeout time.Duration
+	// Resolvers start and stop the resolvers of Pods whose allowlist asks
+	// for one of their own; nil refuses such Pods.
+	Resolvers Resolvers
 }
 
 // DefaultLogFile is where ADD/DEL lines go unless the netconf says
@@ -106,6 +109,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return fmt.Errorf("sforge-cni: pod %s: failed to install egress rules, refusing to start it: %w", podName(args), err)
 		}
+		if a.Resolver.IsValid() {
+			// After the rules: what it serves is then already confined.
+			pid, err := p.Resolvers.Start(args.Netns, args.ContainerID, a)
+			if err != nil {
+				return fmt.Errorf("sforge-cni: pod %s: its resolver (%s:53) could not start, refusing to start the Pod: %w", podName(args), a.Resolver, err)
+			}
+			p.logf(conf, "RESOLVER container=%s pod=%s pid=%d listen=%s:53 names=%d", args.ContainerID, podName(args), pid, a.Resolver, len(a.Names))
+		}
 		p.logf(conf, "ADD container=%s pod=%s engine=%s rules=%d ipv6=%s duration=%s", args.ContainerID, podName(args), rep.Engine, rep.Rules, rep.IPv6, p.now().Sub(start).Round(time.Microsecond))
 		p.recordEvent(conf, args, policy.EnforcedEventReason, fmt.Sprintf("sforge-cni installed %d egress rules (%s engine, IPv6 %s) in sandbox %s before any container started", rep.Rules, rep.Engine, rep.IPv6, args.ContainerID), nil)
 	}
@@ -124,13 +135,14 @@ func (p *Plugin) stdout() io.Writer {
 	return os.Stdout
 }
 
-// Del removes the Pod's rules; it succeeds when the namespace or the rules
-// are already gone, as CNI requires of DEL.
+// Del stops the Pod's resolver and removes its rules; it succeeds when the
+// namespace or the rules are already gone, as CNI requires of DEL.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	conf, _, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
+	names := p.stopResolver(conf, args)
 	if args.Netns == "" {
 		return nil
 	}
@@ -141,7 +153,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err != nil {
 		return fmt.Errorf("sforge-cni: failed to select rule engine: %w", err)
 	}
-	p.record(conf, args, eng)
+	p.record(conf, args, eng, names)
 	if err := eng.Remove(engine.Target{NetNS: args.Netns, ID: args.ContainerID}); err != nil && !errors.Is(err, engine.ErrNetNSGone) {
 		return fmt.Errorf("sforge-cni: failed to remove egress rules of %s: %w", args.ContainerID, err)
 	}
@@ -173,11 +185,40 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	return nil
 }
 
-// GC has nothing to collect: the rules live inside each Pod's network
-// namespace and die with it, and the plugin keeps no state elsewhere.
+// GC stops the resolvers of sandboxes the runtime no longer knows (a DEL
+// that never came). The rules live inside each Pod's network namespace and
+// die with it.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	_, _, err := ParseConfig(args.StdinData)
-	return err
+	conf, _, err := ParseConfig(args.StdinData)
+	if err != nil || p.Resolvers == nil {
+		return err
+	}
+	valid := map[string]bool{}
+	for _, a := range conf.ValidAttachments {
+		valid[a.ContainerID] = true
+	}
+	for _, id := range p.Resolvers.Running() {
+		if !valid[id] {
+			p.stopResolver(conf, &skel.CmdArgs{ContainerID: id})
+		}
+	}
+	return nil
+}
+
+// stopResolver stops the sandbox's resolver, if it has one, and returns
+// its record.
+func (p *Plugin) stopResolver(conf *NetConf, args *skel.CmdArgs) *audit.ResolverRecord {
+	if p.Resolvers == nil {
+		return nil
+	}
+	o, found, err := p.Resolvers.Stop(args.ContainerID)
+	if !found {
+		return nil
+	}
+	if err != nil {
+		p.logf(conf, "RESOLVER container=%s error: %v", args.ContainerID, err)
+	}
+	return audit.NewResolverRecord(o.Address, o.Stats, err)
 }
 
 // Status reports whether the plugin can enforce anything: the rule engine
@@ -200,7 +241,9 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // containers keep NET_RAW is refused (raw and packet sockets bypass the
 // rules), so that a node fails closed without the admission policy too.
 // DNS resolvers from the dns capability are added, since Kubernetes Pods
-// resolve names through it.
+// resolve names through it: the ones the Pod's DNS config names. A Pod
+// whose only nameserver is on its loopback (its own resolver, or none) is
+// given no resolver.
 func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist, bool, error) {
 	ann := conf.RuntimeConfig.PodAnnotations
 	_, annotated := ann[policy.AnnotationKey]
@@ -229,9 +272,8 @@ func (p *Plugin) allowlist(conf *NetConf, args *skel.CmdArgs) (policy.Allowlist,
 	if !found {
 		return a, false, nil
 	}
-	if a.Resolver.IsValid() {
-		// The Pod's resolver is the cluster's, through the dns capability.
-		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s refused: its allowlist asks for a resolver of its own (resolver:%s), which sforge-cni does not start; remove the resolver: and name: entries (hostAliases pin names in a Pod)",
+	if a.Resolver.IsValid() && p.Resolvers == nil {
+		return policy.Allowlist{}, true, fmt.Errorf("sforge-cni: pod %s refused: its allowlist asks for a resolver of its own (resolver:%s), which this sforge-cni cannot start; remove the resolver: and name: entries (hostAliases pin names in a Pod)",
 			podName(args), a.Resolver)
 	}
 	if len(info.NetRawKeepers) > 0 {
@@ -285,7 +327,7 @@ func (p *Plugin) now() time.Time {
 // rules refused, logs its summary and, with eventKubeconfig, records it as
 // an Event on the Pod. A sandbox without rules of ours has no line. It
 // never fails the DEL.
-func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
+func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine, names *audit.ResolverRecord) {
 	r, err := eng.Refused(engine.Target{NetNS: args.Netns, ID: args.ContainerID})
 	if errors.Is(err, engine.ErrNotInstalled) || errors.Is(err, engine.ErrNetNSGone) {
 		return
@@ -297,6 +339,7 @@ func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
 	}
 	rec := audit.NewRecord(args.ContainerID, "sforge-cni", eng.Name(), value, r)
 	rec.NetNSInode = audit.NetNSInode(args.Netns)
+	rec.Resolver = names
 	if k, kerr := ParseK8sArgs(args.Args); kerr == nil {
 		rec.Pod, rec.Namespace = string(k.K8S_POD_NAME), string(k.K8S_POD_NAMESPACE)
 	}
@@ -307,7 +350,7 @@ func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs, eng engine.Engine) {
 	if werr := audit.Append(path, rec); werr != nil {
 		p.logf(conf, "AUDIT container=%s pod=%s error: %v", args.ContainerID, podName(args), werr)
 	}
-	summary := audit.Summary(r.Total, r.Destinations, 5)
+	summary := audit.Summary(r.Total, r.Destinations, 5) + audit.NamesSummary(names, 5)
 	if err != nil {
 		summary = "the refused attempts could not be read: " + err.Error()
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/sforge-dev/netiso/audit"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/policy"
+	"github.com/sforge-dev/netiso/resolver"
 )
 
 type fakeEngine struct {
@@ -164,7 +167,7 @@ func TestAddErrors(t *testing.T) {
 	}{
 		{name: "no prevResult", conf: map[string]any{"prevResult": nil}, want: "missing prevResult: chain sforge-cni after", noCall: true},
 		{name: "malformed annotation", conf: annotations("v1;tcp:bad"), want: "pod default/agent-1: invalid sforge.io/egress value", noCall: true},
-		{name: "own resolver", conf: annotations("v1;tcp:10.0.0.12:8080;resolver:127.0.0.53;name:judge.local=10.0.0.12"), want: "asks for a resolver of its own (resolver:127.0.0.53), which sforge-cni does not start", noCall: true},
+		{name: "own resolver", conf: annotations("v1;tcp:10.0.0.12:8080;resolver:127.0.0.53;name:judge.local=10.0.0.12"), want: "asks for a resolver of its own (resolver:127.0.0.53), which this sforge-cni cannot start", noCall: true},
 		{name: "install fails", conf: annotations("v1"), setup: func(e *fakeEngine, _ *fakePods, _ *Plugin) { e.installErr = errors.New("iptables-restore: boom") }, want: "failed to install egress rules, refusing to start it: iptables-restore: boom"},
 		{name: "no engine", conf: annotations("v1"), setup: func(_ *fakeEngine, _ *fakePods, p *Plugin) {
 			p.NewEngine = func(string) (engine.Engine, error) { return nil, errors.New("no iptables") }
@@ -390,5 +393,93 @@ func TestDelRecords(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(dir, "cni.log"))
 	if !strings.Contains(string(log), "AUDIT container=sandbox1 pod=default/agent-1 blocked=1") {
 		t.Errorf("log:\n%s", log)
+	}
+}
+
+// fakeResolvers records what the plugin asks of the Pods' resolvers.
+type fakeResolvers struct {
+	started  map[string]policy.Allowlist
+	startErr error
+	calls    []string
+}
+
+func (f *fakeResolvers) Start(netns, id string, a policy.Allowlist) (int, error) {
+	f.calls = append(f.calls, "start "+id)
+	if f.startErr != nil {
+		return 0, f.startErr
+	}
+	f.started[id] = a
+	return 4242, nil
+}
+
+func (f *fakeResolvers) Stop(id string) (resolver.Outcome, bool, error) {
+	f.calls = append(f.calls, "stop "+id)
+	a, ok := f.started[id]
+	if !ok {
+		return resolver.Outcome{}, false, nil
+	}
+	delete(f.started, id)
+	return resolver.Outcome{Address: a.Resolver.String(), Stats: resolver.Stats{Answered: 2, Refused: []resolver.NameCount{{Name: "x.tunnel.example", Count: 3}}}}, true, nil
+}
+
+func (f *fakeResolvers) Running() []string { return slices.Sorted(maps.Keys(f.started)) }
+
+// TestPodResolver: a Pod whose allowlist asks for a resolver of its own
+// gets it after its rules, and no resolver from the dns capability (its
+// only nameserver is that loopback one); DEL stops it and records what it
+// refused; GC stops those of sandboxes the runtime no longer lists; a
+// resolver that cannot start fails ADD.
+func TestPodResolver(t *testing.T) {
+	dir := t.TempDir()
+	nsPath := filepath.Join(dir, "netns")
+	if err := os.WriteFile(nsPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, eng, _, _ := newTestPlugin()
+	res := &fakeResolvers{started: map[string]policy.Allowlist{}}
+	p.Resolvers = res
+	conf := annotations("v1;tcp:10.0.0.12:8080;resolver:127.0.0.53;name:judge.local=10.0.0.12")
+	conf["runtimeConfig"].(map[string]any)["dns"] = map[string]any{"servers": []string{"127.0.0.53"}}
+	conf["logFile"] = filepath.Join(dir, "cni.log")
+	if err := p.Add(cmdArgs(nsPath, netconf(t, conf))); err != nil {
+		t.Fatal(err)
+	}
+	if len(eng.calls) != 1 || !strings.HasPrefix(eng.calls[0], "install sandbox1") || !slices.Equal(res.calls, []string{"start sandbox1"}) {
+		t.Fatalf("engine calls %v, resolver calls %v: want the rules installed, then the resolver started", eng.calls, res.calls)
+	}
+	if got := eng.installed["sandbox1"]; len(got.DNS) != 0 || !got.Resolver.IsValid() {
+		t.Errorf("installed %+v: want the own resolver and no DNS server (a loopback nameserver is not one)", got)
+	}
+	if err := p.Del(cmdArgs(nsPath, netconf(t, conf))); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil || len(recs) != 1 || recs[0].Resolver == nil {
+		t.Fatalf("audit records %+v, %v: want one, with the resolver's", recs, err)
+	}
+	if r := recs[0].Resolver; r.Address != "127.0.0.53" || r.Answered != 2 || r.BlockedNamesTotal != 3 || len(r.BlockedNames) != 1 {
+		t.Errorf("resolver record %+v", r)
+	}
+	if log, _ := os.ReadFile(filepath.Join(dir, "cni.log")); !strings.Contains(string(log), "RESOLVER container=sandbox1 pod=default/agent-1 pid=4242 listen=127.0.0.53:53 names=1") ||
+		!strings.Contains(string(log), "3 lookups of 1 name were refused") {
+		t.Errorf("log:\n%s", log)
+	}
+
+	// GC: the resolver of a sandbox not listed as valid is stopped.
+	res.started["gone"], res.started["kept"] = policy.Allowlist{}, policy.Allowlist{}
+	res.calls = nil
+	gc := netconf(t, map[string]any{"prevResult": nil, "cni.dev/valid-attachments": []map[string]string{{"containerID": "kept", "ifname": "eth0"}}})
+	if err := p.GC(&skel.CmdArgs{StdinData: gc}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.calls, []string{"stop gone"}) || !slices.Equal(res.Running(), []string{"kept"}) {
+		t.Errorf("GC calls %v, left %v: want only the unlisted sandbox's stopped", res.calls, res.Running())
+	}
+
+	// A resolver that cannot start refuses the Pod.
+	res.startErr = errors.New("address already in use")
+	err = p.Add(cmdArgs(nsPath, netconf(t, conf)))
+	if err == nil || !strings.Contains(err.Error(), "pod default/agent-1: its resolver (127.0.0.53:53) could not start, refusing to start the Pod: address already in use") {
+		t.Fatalf("Add with a resolver that cannot start: %v", err)
 	}
 }

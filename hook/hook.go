@@ -190,7 +190,7 @@ func (h *Hook) poststop(st *specs.State) {
 		h.Log.Printf("poststop container=%s error: %v", st.ID, err)
 		return
 	}
-	names := h.collectResolver(st, cfg)
+	names := h.collectResolver(st)
 	if held := heldNetNS(st); pathExists(held) {
 		h.poststopHeld(st, cfg, held, names)
 		return

@@ -7,7 +7,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sforge-dev/netiso/audit"
-	"github.com/sforge-dev/netiso/oci"
 	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/resolver"
 )
@@ -36,17 +35,13 @@ func (h *Hook) startResolver(st *specs.State, nsPath string, allow policy.Allowl
 
 // collectResolver reads what the container's resolver refused; nil when it
 // had none.
-func (h *Hook) collectResolver(st *specs.State, cfg *oci.Config) *audit.ResolverRecord {
-	stats, found, err := resolver.Collect(resolverState(st), resolverWait)
+func (h *Hook) collectResolver(st *specs.State) *audit.ResolverRecord {
+	o, found, err := resolver.Collect(resolverState(st), resolverWait)
 	if !found {
 		return nil
 	}
 	if err != nil {
 		h.Log.Printf("resolver container=%s error: %v", st.ID, err)
 	}
-	addr := ""
-	if a, _, aerr := policy.Find(cfg.Spec.Annotations, oci.Env(cfg.Spec)); aerr == nil && a.Resolver.IsValid() {
-		addr = a.Resolver.String()
-	}
-	return audit.NewResolverRecord(addr, stats, err)
+	return audit.NewResolverRecord(o.Address, o.Stats, err)
 }

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sforge-dev/netiso/cniplugin"
 	"github.com/sforge-dev/netiso/hook"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testenv"
@@ -121,9 +123,13 @@ func TestResolverProcess(t *testing.T) {
 	// The process ends: the resolver writes its record and exits.
 	_ = first.Process.Kill()
 	_, _ = first.Process.Wait()
-	st, found, err := resolver.Collect(state, 5*time.Second)
+	o, found, err := resolver.Collect(state, 5*time.Second)
 	if err != nil || !found {
 		t.Fatalf("collect: found %v, %v", found, err)
+	}
+	st := o.Stats
+	if o.Address != "127.0.0.53" {
+		t.Errorf("address %q, want 127.0.0.53", o.Address)
 	}
 	if st.Answered != 1 || len(st.Refused) != 1 || st.Refused[0] != (resolver.NameCount{Name: "leak.tunnel.sforge.invalid", Count: 3}) {
 		t.Errorf("stats %+v", st)
@@ -161,6 +167,102 @@ func TestResolverProcess(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("a failed start leaves its state file: %v", err)
+	}
+}
+
+// TestResolverProcessForPod runs a Pod's resolver as sforge-cni does, from
+// the built sforge-cni, with no process to follow: Stop (the CNI DEL) ends
+// it and reads its record; one whose DEL never comes ends by itself once
+// the sandbox's namespace is unmounted.
+func TestResolverProcessForPod(t *testing.T) {
+	cniBin := testbin.Build(t, "./cmd/sforge-cni")
+	allow, err := policy.Decode("v1;tcp:198.51.100.10:8080;resolver:127.0.0.53;name:judge.sforge.test=198.51.100.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := testenv.NewNetNS(t)
+	state := filepath.Join(t.TempDir(), "pod.json")
+	pid, err := resolver.Start(cniBin, []string{cniplugin.ResolverStage}, netns.Path(), 0, allow, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	askIn(t, netns, "leak.tunnel.sforge.invalid.", dnsmessage.RCodeRefused)
+	askIn(t, netns, "judge.sforge.test.", dnsmessage.RCodeSuccess)
+	o, found, err := resolver.Stop(state, 5*time.Second)
+	if err != nil || !found {
+		t.Fatalf("stop: found %v, %v", found, err)
+	}
+	if o.Address != "127.0.0.53" || o.Stats.Answered != 1 || len(o.Stats.Refused) != 1 || o.Stats.Refused[0].Name != "leak.tunnel.sforge.invalid" {
+		t.Errorf("outcome %+v", o)
+	}
+	waitGone(t, pid, "after Stop")
+
+	// No DEL: the namespace's mount goes, and so does the resolver.
+	other := testenv.NewNetNS(t)
+	pid, err = resolver.Start(cniBin, []string{cniplugin.ResolverStage}, other.Path(), 0, allow, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	askIn(t, other, "judge.sforge.test.", dnsmessage.RCodeSuccess)
+	other.Close()
+	if err := testutils.UnmountNS(other); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid, "once its namespace was unmounted")
+	if o, found, err := resolver.Collect(state, time.Second); err != nil || !found || o.Stats.Answered != 1 {
+		t.Errorf("record of the resolver whose namespace went: %+v, found %v, %v", o, found, err)
+	}
+}
+
+// askIn sends one A query to 127.0.0.53 in netns and checks the reply's
+// code.
+func askIn(t *testing.T, netns ns.NetNS, name string, want dnsmessage.RCode) {
+	t.Helper()
+	err := netns.Do(func(ns.NetNS) error {
+		c, err := net.DialTimeout("udp4", "127.0.0.53:53", time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7})
+		_ = b.StartQuestions()
+		_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+		q, _ := b.Finish()
+		if _, err := c.Write(q); err != nil {
+			return err
+		}
+		buf := make([]byte, 512)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:n])
+		if err != nil {
+			return err
+		}
+		if h.RCode != want {
+			t.Errorf("%s: %s, want %s", name, h.RCode, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// waitGone waits, bounded, for pid to end.
+func waitGone(t *testing.T, pid int, when string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resolver still runs %s", when)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,13 +20,14 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// A container's resolver is a process of its own, started by the hook
-// that installs the container's rules (see Start): the hook makes its
-// sockets in the container's network namespace, so they are bound before
-// the container's process runs, and hands them to the process, which drops
-// root, serves, ends with the container's first process, and at the end
-// writes what it saw to a state file in the bundle, which the poststop
-// hook reads (see Collect).
+// A container's resolver is a process of its own, started by what installs
+// the container's rules (see Start): the hook, or sforge-cni for a Pod. It
+// makes the sockets in the container's network namespace, so they are
+// bound before the container's process runs, and hands them to the
+// process, which drops root, serves, ends with the container's first
+// process (the hook's) or when told to, at the sandbox's teardown
+// (sforge-cni's), and at the end writes what it saw to a state file, which
+// the poststop hook or the CNI DEL reads (see Collect and Stop).
 
 // StateName is the state file's name in the bundle.
 const StateName = "sforge-resolver.json"
@@ -44,6 +46,8 @@ const unprivileged = 65534
 // State is the state file's content.
 type State struct {
 	Pid int `json:"pid"`
+	// Address is where it listens (port 53, UDP and TCP).
+	Address string `json:"address"`
 	// Done is set by the resolver's last write, at its end.
 	Done  bool   `json:"done,omitempty"`
 	Stats *Stats `json:"stats,omitempty"`
@@ -52,20 +56,25 @@ type State struct {
 // Start runs the resolver for a container: it listens on allow.Resolver:53 over
 // UDP and TCP in the network namespace at netns, then starts exe with args
 // (a program that calls Child with what follows them) in a session of its
-// own, which serves allow's names from those sockets until the process pid
-// ends or it receives SIGTERM. Queries sent before it serves wait in the
-// sockets; should it die, they are refused by the kernel.
+// own, which serves allow's names from those sockets until it receives
+// SIGTERM or, when pid > 0, the process pid ends; with pid <= 0 it also
+// ends once netns no longer names that namespace, should the sandbox go
+// without a Stop. Queries sent before it serves wait in the sockets;
+// should it die, they are refused by the kernel.
 func Start(exe string, args []string, netns string, pid int, allow policy.Allowlist, statePath string) (int, error) {
 	value, err := policy.Encode(allow)
 	if err != nil {
 		return 0, err
 	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return 0, fmt.Errorf("the container's process %d: pidfd_open: %w", pid, err)
+	var pidFile *os.File
+	if pid > 0 {
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return 0, fmt.Errorf("the container's process %d: pidfd_open: %w", pid, err)
+		}
+		pidFile = os.NewFile(uintptr(pidfd), "pidfd")
+		defer pidFile.Close()
 	}
-	pidFile := os.NewFile(uintptr(pidfd), "pidfd")
-	defer pidFile.Close()
 	udp, tcp, err := listenIn(netns, netip.AddrPortFrom(allow.Resolver, 53))
 	if err != nil {
 		return 0, err
@@ -77,8 +86,14 @@ func Start(exe string, args []string, netns string, pid int, allow policy.Allowl
 		return 0, err
 	}
 	defer state.Close()
-	cmd := exec.Command(exe, append(args, "--allowlist", value)...)
-	cmd.ExtraFiles = []*os.File{udp, tcp, state, pidFile}
+	childArgs := append(slices.Clone(args), "--allowlist", value)
+	cmd := exec.Command(exe, childArgs...)
+	cmd.ExtraFiles = []*os.File{udp, tcp, state}
+	if pidFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, pidFile)
+	} else {
+		cmd.Args = append(cmd.Args, "--netns", netns)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		_ = os.Remove(statePath)
@@ -86,7 +101,7 @@ func Start(exe string, args []string, netns string, pid int, allow policy.Allowl
 	}
 	// Its last write replaces this one; it cannot come before: it follows
 	// the end of a process that has not started yet.
-	if err := writeState(state, State{Pid: cmd.Process.Pid}); err != nil {
+	if err := writeState(state, State{Pid: cmd.Process.Pid, Address: allow.Resolver.String()}); err != nil {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
 		_ = os.Remove(statePath)
@@ -131,13 +146,27 @@ func listenIn(path string, ap netip.AddrPort) (udp, tcp *os.File, err error) {
 // Child is the resolver's process, with the arguments after those Start
 // was given. It returns the exit status.
 func Child(args []string) int {
-	if len(args) != 2 || args[0] != "--allowlist" {
-		fmt.Fprintln(os.Stderr, "resolver: started by sforge-hook only")
+	var value, netns string
+	switch {
+	case len(args) == 2 && args[0] == "--allowlist":
+		value = args[1]
+	case len(args) == 4 && args[0] == "--allowlist" && args[2] == "--netns":
+		value, netns = args[1], args[3]
+	default:
+		fmt.Fprintln(os.Stderr, "resolver: started by sforge-hook or sforge-cni only")
 		return 2
 	}
-	allow, err := policy.Decode(args[1])
+	allow, err := policy.Decode(value)
 	if err != nil {
 		return 1
+	}
+	// Read while still root: the namespace's mount may be where nobody
+	// cannot look.
+	var gone func() bool
+	if netns != "" {
+		if gone, err = namespaceGone(netns); err != nil {
+			return 1
+		}
 	}
 	// FilePacketConn and FileListener hold copies of the descriptors.
 	uf, tf := os.NewFile(fdUDP, "udp"), os.NewFile(fdTCP, "tcp")
@@ -163,15 +192,24 @@ func Child(args []string) int {
 	go func() { _ = s.ServeTCP(tcp) }()
 
 	end := make(chan struct{}, 1)
-	go func() {
-		fds := []unix.PollFd{{Fd: fdPid, Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
-				break
+	if gone == nil {
+		go func() {
+			fds := []unix.PollFd{{Fd: fdPid, Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+					break
+				}
 			}
-		}
-		end <- struct{}{}
-	}()
+			end <- struct{}{}
+		}()
+	} else {
+		go func() {
+			for !gone() {
+				time.Sleep(namespaceCheck)
+			}
+			end <- struct{}{}
+		}()
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
@@ -181,10 +219,32 @@ func Child(args []string) int {
 	udp.Close()
 	tcp.Close()
 	st := s.Stats()
-	if err := writeState(os.NewFile(fdState, "state"), State{Pid: os.Getpid(), Done: true, Stats: &st}); err != nil {
+	if err := writeState(os.NewFile(fdState, "state"), State{Pid: os.Getpid(), Address: allow.Resolver.String(), Done: true, Stats: &st}); err != nil {
 		return 1
 	}
 	return 0
+}
+
+// namespaceCheck is how often a resolver without a process to follow looks
+// whether its namespace is still mounted where it was.
+const namespaceCheck = 2 * time.Second
+
+// namespaceGone returns a test of whether path still names the namespace
+// it names now: false while it does, or while it cannot be told (a
+// directory nobody may search), true once the mount or the file is gone.
+func namespaceGone(path string) (func() bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, err
+	}
+	return func() bool {
+		var now unix.Stat_t
+		err := unix.Stat(path, &now)
+		if errors.Is(err, unix.ENOENT) {
+			return true
+		}
+		return err == nil && (now.Dev != st.Dev || now.Ino != st.Ino)
+	}, nil
 }
 
 func writeState(f *os.File, st State) error {
@@ -199,12 +259,28 @@ func writeState(f *os.File, st State) error {
 	return err
 }
 
+// Outcome is what a resolver saw and where it listened.
+type Outcome struct {
+	Address string
+	Stats   Stats
+}
+
 // Collect reads what the container's resolver saw from its state file,
 // waiting up to wait for its last write (it ends with the container's
 // first process, which poststop follows), and removes the file. A
 // resolver still running then is told to stop and given the same time
 // again. found is false when the container had no resolver.
-func Collect(statePath string, wait time.Duration) (st Stats, found bool, err error) {
+func Collect(statePath string, wait time.Duration) (o Outcome, found bool, err error) {
+	return collect(statePath, wait, wait)
+}
+
+// Stop tells the container's resolver to stop at once, then reads what it
+// saw as Collect does, waiting up to wait.
+func Stop(statePath string, wait time.Duration) (o Outcome, found bool, err error) {
+	return collect(statePath, 0, wait)
+}
+
+func collect(statePath string, grace, wait time.Duration) (Outcome, bool, error) {
 	read := func() (State, error) {
 		var s State
 		b, err := os.ReadFile(statePath)
@@ -218,13 +294,13 @@ func Collect(statePath string, wait time.Duration) (st Stats, found bool, err er
 	}
 	s, err := read()
 	if errors.Is(err, os.ErrNotExist) {
-		return Stats{}, false, nil
+		return Outcome{}, false, nil
 	}
 	defer os.Remove(statePath)
 	signalled := false
-	deadline := time.Now().Add(wait)
+	deadline := time.Now().Add(grace)
 	for err == nil && !s.Done {
-		if time.Now().After(deadline) {
+		if !time.Now().Before(deadline) {
 			if signalled || s.Pid <= 0 || !isResolver(s.Pid) {
 				break
 			}
@@ -236,11 +312,11 @@ func Collect(statePath string, wait time.Duration) (st Stats, found bool, err er
 	}
 	switch {
 	case err != nil:
-		return Stats{}, true, err
+		return Outcome{}, true, err
 	case !s.Done || s.Stats == nil:
-		return Stats{}, true, fmt.Errorf("the container's resolver (pid %d) left no record", s.Pid)
+		return Outcome{Address: s.Address}, true, fmt.Errorf("the container's resolver (pid %d) left no record", s.Pid)
 	}
-	return *s.Stats, true, nil
+	return Outcome{Address: s.Address, Stats: *s.Stats}, true, nil
 }
 
 // isResolver reports whether pid is still a resolver process (and not a

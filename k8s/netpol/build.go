@@ -15,31 +15,58 @@ import (
 	"github.com/sforge-dev/netiso/policy"
 )
 
-// DNSTo says where the policy lets the Pod send DNS queries (TCP and UDP 53).
+// DNSTo says where an isolated Pod's DNS queries may go.
 type DNSTo string
 
 const (
+	// DNSToNone gives the Pod no resolver: the Judge and API names are
+	// pinned in its /etc/hosts, the policy allows no port 53, and the Pod's
+	// resolv.conf names 127.0.0.1, where nothing answers, so a lookup fails
+	// at once. The default: a resolver that recurses carries whatever the
+	// agent puts in a name out to that name's authoritative server.
+	DNSToNone DNSTo = "none"
+	// DNSToSforge gives the Pod a resolver of its own on a loopback
+	// address, started by sforge-cni in the Pod's network namespace, that
+	// answers the pinned names and refuses, without forwarding, every
+	// other; the policy allows no port 53 either.
+	DNSToSforge DNSTo = "sforge"
 	// DNSToKubeDNS allows DNS only to the cluster's DNS Pods: namespace
 	// kube-system AND label k8s-app=kube-dns (CoreDNS keeps that label).
 	// A rule to the kube-dns Service IP would not do: most CNIs evaluate
 	// policies after the Service address is translated to a Pod's.
 	DNSToKubeDNS DNSTo = "kube-dns"
-	// DNSToAny allows DNS to any destination, the seed's looser rule, for
-	// clusters whose DNS Pods carry other labels or resolvers outside the
-	// cluster.
+	// DNSToAny allows DNS to any destination, for clusters whose DNS Pods
+	// carry other labels or resolvers outside the cluster.
 	DNSToAny DNSTo = "any"
 )
 
-// ParseDNSTo accepts "kube-dns" or "any"; empty means kube-dns.
+// DNSModes are the accepted values, the default first.
+var DNSModes = []DNSTo{DNSToNone, DNSToSforge, DNSToKubeDNS, DNSToAny}
+
+// ParseDNSTo accepts one of DNSModes; empty means DNSToNone.
 func ParseDNSTo(s string) (DNSTo, error) {
-	switch DNSTo(s) {
-	case "":
-		return DNSToKubeDNS, nil
-	case DNSToKubeDNS, DNSToAny:
+	if s == "" {
+		return DNSToNone, nil
+	}
+	if slices.Contains(DNSModes, DNSTo(s)) {
 		return DNSTo(s), nil
 	}
-	return "", fmt.Errorf("unknown DNS destination %q (allowed: %s, %s)", s, DNSToKubeDNS, DNSToAny)
+	return "", fmt.Errorf("unknown DNS mode %q (allowed: none, sforge, kube-dns, any)", s)
 }
+
+// Recursive reports whether the mode lets the Pod query the cluster's
+// resolver, which forwards any name it does not know.
+func (d DNSTo) Recursive() bool { return d == DNSToKubeDNS || d == DNSToAny }
+
+// TunnelWarning is the one line a user choosing a recursive mode reads.
+func (d DNSTo) TunnelWarning() string {
+	return fmt.Sprintf("--dns-to %s lets the Pod query the cluster's resolver, which forwards every name it does not know: the agent can carry data out in the names it looks up (a DNS tunnel); --dns-to none (the default) or sforge closes it", d)
+}
+
+// NoResolver is the nameserver a Pod without a resolver is given: Kubernetes
+// requires one with dnsPolicy None, and on the Pod's own loopback nothing
+// answers, so a lookup fails at once instead of waiting for a timeout.
+var NoResolver = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
 // Options say which Pod the policy is for.
 type Options struct {
@@ -47,7 +74,7 @@ type Options struct {
 	Namespace string
 	// Pod is the Work Pod's name.
 	Pod string
-	// DNSTo is where DNS may go; empty means DNSToKubeDNS.
+	// DNSTo is where DNS may go; empty means DNSToNone.
 	DNSTo DNSTo
 }
 
@@ -60,9 +87,10 @@ var (
 // Build renders the NetworkPolicy for a Pod from its allowlist. It is pure:
 // the same input gives the same object, byte for byte once serialised.
 //
-// Egress rules, in order: DNS 53 UDP+TCP (to kube-dns, or anywhere with
-// DNSToAny); 53 UDP+TCP to each resolver the allowlist names (an external
-// resolver of a Pod with its own dnsConfig); then one rule per allowed
+// Egress rules, in order: DNS 53 UDP+TCP to kube-dns (DNSToKubeDNS) or
+// anywhere (DNSToAny), none otherwise; 53 UDP+TCP to each resolver the
+// allowlist names (an external resolver of a Pod with its own dnsConfig);
+// then one rule per allowed
 // address or network with its ports. Everything else is denied because the
 // policy selects the Pod for Egress. The allowlist's action (reject/drop)
 // has no NetworkPolicy equivalent; the CNI decides how denied packets die.
@@ -89,7 +117,10 @@ func Build(a policy.Allowlist, o Options) (*networkingv1.NetworkPolicy, error) {
 		return nil, fmt.Errorf("invalid allowlist: %w", err)
 	}
 
-	egress := []networkingv1.NetworkPolicyEgressRule{dnsRule(dnsTo)}
+	var egress []networkingv1.NetworkPolicyEgressRule
+	if dnsTo.Recursive() {
+		egress = append(egress, dnsRule(dnsTo))
+	}
 	for _, r := range c.DNS {
 		egress = append(egress, networkingv1.NetworkPolicyEgressRule{
 			To:    []networkingv1.NetworkPolicyPeer{ipBlock(netip.PrefixFrom(r, 32))},

@@ -34,7 +34,7 @@ func TestBuildGolden(t *testing.T) {
 		value  string
 		opts   Options
 	}{
-		{"judge-api-kubedns.yaml", "v1;tcp:10.0.0.12:8080;tcp:160.79.104.10:443", Options{Namespace: "default", Pod: "agent-1"}},
+		{"judge-api-kubedns.yaml", "v1;tcp:10.0.0.12:8080;tcp:160.79.104.10:443", Options{Namespace: "default", Pod: "agent-1", DNSTo: DNSToKubeDNS}},
 		{"judge-api-dns-any.yaml", "v1;tcp:10.0.0.12:8080;tcp:160.79.104.10:443", Options{Namespace: "evals", Pod: "agent-1", DNSTo: DNSToAny}},
 		// Two ports on one host share a rule; a network keeps its prefix;
 		// a listed resolver gets its own 53 rule; UDP endpoints stay UDP.
@@ -72,7 +72,7 @@ func TestBuildGolden(t *testing.T) {
 // careless -update cannot bless a wrong policy.
 func TestBuildSemantics(t *testing.T) {
 	a := mustDecode(t, "v1;tcp:198.51.100.10:8080;tcp:198.51.100.10:443;udp:198.51.100.10:4000;tcp:203.0.113.0/24:443;dns:10.96.0.10")
-	for _, dnsTo := range []DNSTo{"", DNSToKubeDNS, DNSToAny} {
+	for _, dnsTo := range []DNSTo{"", DNSToNone, DNSToSforge, DNSToKubeDNS, DNSToAny} {
 		t.Run("dns-to="+string(dnsTo), func(t *testing.T) {
 			np, err := Build(a, Options{Namespace: "ns1", Pod: "p", DNSTo: dnsTo})
 			if err != nil {
@@ -124,9 +124,10 @@ func TestBuildSemantics(t *testing.T) {
 				"198.51.100.10/32 TCP/8080", "198.51.100.10/32 TCP/443", "198.51.100.10/32 UDP/4000",
 				"203.0.113.0/24 TCP/443", "10.96.0.10/32 UDP/53", "10.96.0.10/32 TCP/53",
 			}
-			if dnsTo == DNSToAny {
+			switch dnsTo {
+			case DNSToAny:
 				want = append(want, "anywhere UDP/53", "anywhere TCP/53")
-			} else {
+			case DNSToKubeDNS:
 				want = append(want, "ns:kube-system+pod:kube-dns UDP/53", "ns:kube-system+pod:kube-dns TCP/53")
 			}
 			for _, w := range want {
@@ -158,7 +159,7 @@ func TestBuildErrors(t *testing.T) {
 		{"bad namespace", ok, Options{Namespace: "Bad_NS", Pod: "p"}, `invalid namespace "Bad_NS"`},
 		{"no pod", ok, Options{Namespace: "default"}, "invalid pod name"},
 		{"bad pod", ok, Options{Namespace: "default", Pod: "Agent"}, `invalid pod name "Agent"`},
-		{"bad dns-to", ok, Options{Namespace: "default", Pod: "p", DNSTo: "everywhere"}, `unknown DNS destination "everywhere"`},
+		{"bad dns-to", ok, Options{Namespace: "default", Pod: "p", DNSTo: "everywhere"}, `unknown DNS mode "everywhere"`},
 		{"ipv6 endpoint", policy.Allowlist{Endpoints: []policy.Endpoint{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Proto: policy.TCP, Port: 80}}},
 			Options{Namespace: "default", Pod: "p"}, "invalid allowlist"},
 	}
@@ -173,7 +174,7 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestParseDNSTo(t *testing.T) {
-	for in, want := range map[string]DNSTo{"": DNSToKubeDNS, "kube-dns": DNSToKubeDNS, "any": DNSToAny} {
+	for in, want := range map[string]DNSTo{"": DNSToNone, "none": DNSToNone, "sforge": DNSToSforge, "kube-dns": DNSToKubeDNS, "any": DNSToAny} {
 		if got, err := ParseDNSTo(in); err != nil || got != want {
 			t.Errorf("ParseDNSTo(%q) = %q, %v", in, got, err)
 		}

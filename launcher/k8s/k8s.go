@@ -19,15 +19,14 @@
 //     its log, returns its exit code, and deletes Pod and policy on every
 //     path.
 //
-// DNS: the allowlist annotation carries no resolver. The Judge and API
-// names are pinned through hostAliases, so the agent needs no DNS for
-// them; the sforge-cni plugin adds the Pod's resolvers itself from the CNI
-// "dns" capability (which `sforge install --cni` declares and
-// containerd/CRI-O fill from the Pod's DNS config, i.e. the kube-dns
-// Service address as the Pod sees it, before kube-proxy's DNAT). Reading
-// the kube-dns Service here would need rights in kube-system that a
-// launcher should not need. The NetworkPolicy allows DNS to the kube-dns
-// Pods (or anywhere with --dns-to any).
+// DNS (--dns-to, see netpol.DNSTo): the Judge and API names are pinned
+// through hostAliases, so the agent needs no DNS for them. By default an
+// isolated Pod gets no resolver at all (dnsPolicy None, nameserver
+// 127.0.0.1, where nothing answers); with sforge, a resolver of its own,
+// started by sforge-cni, that answers only those names; with kube-dns or
+// any, the cluster's resolver, which sforge-cni adds to the allowlist from
+// the CNI "dns" capability (containerd and CRI-O fill it from the Pod's DNS
+// config) and the NetworkPolicy allows, and which forwards any name.
 package k8s
 
 import (
@@ -84,7 +83,7 @@ type Options struct {
 	Config *rest.Config
 	// Namespace of the Work Pod and its policy.
 	Namespace string
-	// DNSTo is where the NetworkPolicy lets DNS go (kube-dns or any).
+	// DNSTo is where an isolated Pod's DNS goes (see netpol.DNSTo).
 	DNSTo netpol.DNSTo
 	// Server names the API server in messages and the report.
 	Server string
@@ -207,6 +206,9 @@ func (b *Backend) Preflight(ctx context.Context, p *launcher.Plan) (launcher.Hos
 		AllowlistForm: "annotation",
 		Details:       map[string]string{"namespace": b.o.Namespace, "dns_to": string(b.o.DNSTo)},
 	}
+	if b.o.DNSTo == netpol.DNSToSforge {
+		host.Resolver = policy.DefaultResolver
+	}
 	if b.o.Server != "" {
 		host.Details["server"] = b.o.Server
 	}
@@ -216,16 +218,20 @@ func (b *Backend) Preflight(ctx context.Context, p *launcher.Plan) (launcher.Hos
 	return host, nil
 }
 
-// Prepare returns the task's image: Pods pull it themselves.
+// Prepare returns the task's image: Pods pull it themselves. An isolated
+// run with a recursive DNS mode is warned about the channel it leaves.
 func (b *Backend) Prepare(_ context.Context, p *launcher.Plan, progress io.Writer) (string, error) {
+	if p.Isolated && b.o.DNSTo.Recursive() {
+		fmt.Fprintf(progress, "sforge: warning: %s\n", b.o.DNSTo.TunnelWarning())
+	}
 	fmt.Fprintf(progress, "sforge: the Pod will pull image %s itself\n", p.Task.Image)
 	b.image = p.Task.Image
 	return p.Task.Image, nil
 }
 
-// PodSpec builds the Work Pod for a plan; exported so that tests and
-// `sforge verify` see exactly what run creates.
-func PodSpec(p *launcher.Plan, namespace string) *corev1.Pod {
+// PodSpec builds the Work Pod for a plan with DNS mode dns; exported so
+// that tests and `sforge verify` see exactly what run creates.
+func PodSpec(p *launcher.Plan, namespace string, dns netpol.DNSTo) *corev1.Pod {
 	labels := netpol.PodLabels(p.Name)
 	labels[netpol.ManagedByLabel] = netpol.ManagedBy
 	annotations := map[string]string{TaskAnnotation: p.Task.Name}
@@ -249,7 +255,7 @@ func PodSpec(p *launcher.Plan, namespace string) *corev1.Pod {
 			aliases = append(aliases, corev1.HostAlias{IP: a.String(), Hostnames: []string{name}})
 		}
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        p.Name,
 			Namespace:   namespace,
@@ -273,6 +279,23 @@ func PodSpec(p *launcher.Plan, namespace string) *corev1.Pod {
 			}},
 		},
 	}
+	if p.Isolated && !dns.Recursive() {
+		// The Pod's own resolver, or none: the only nameserver is on the
+		// Pod's loopback, so sforge-cni adds no resolver from the dns
+		// capability and no query leaves the Pod.
+		ns := netpol.NoResolver
+		if p.Allowlist.Resolver.IsValid() {
+			ns = p.Allowlist.Resolver
+		}
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{
+			Nameservers: []string{ns.String()},
+			// One try, no search list: a name that is not pinned fails
+			// at once.
+			Options: []corev1.PodDNSConfigOption{{Name: "attempts", Value: new("1")}, {Name: "timeout", Value: new("1")}},
+		}
+	}
+	return pod
 }
 
 // Start applies the policy (isolated runs), creates the Pod, makes it the
@@ -301,7 +324,7 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, _ io.Writ
 		}
 	}
 
-	pod := PodSpec(p, ns)
+	pod := PodSpec(p, ns, b.o.DNSTo)
 	b.mu.Lock()
 	b.pod = pod.Name
 	b.mu.Unlock()

@@ -488,7 +488,7 @@ func TestOpenNetwork(t *testing.T) {
 	if got := c.writes(); !slices.Equal(got, want) {
 		t.Errorf("writes %v, want %v", got, want)
 	}
-	pod := PodSpec(p, ns)
+	pod := PodSpec(p, ns, netpol.DNSToNone)
 	if _, ok := pod.Annotations[policy.AnnotationKey]; ok {
 		t.Error("open Pod annotated")
 	}
@@ -526,5 +526,80 @@ func TestCheck(t *testing.T) {
 		if got := PodName(in); got != want {
 			t.Errorf("PodName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestPodDNS: each --dns-to mode gives the Pod, its allowlist and its
+// policy what the mode promises, and only the recursive ones are warned
+// about.
+func TestPodDNS(t *testing.T) {
+	for _, tt := range []struct {
+		mode       netpol.DNSTo
+		nameserver string // "" keeps the cluster's DNS config
+		resolver   bool
+	}{
+		{"", "127.0.0.1", false},
+		{netpol.DNSToSforge, "127.0.0.53", true},
+		{netpol.DNSToKubeDNS, "", false},
+		{netpol.DNSToAny, "", false},
+	} {
+		t.Run("dns-to="+string(tt.mode), func(t *testing.T) {
+			c := newCluster(corev1.PodStatus{Phase: corev1.PodPending})
+			var pod *corev1.Pod
+			var np *networkingv1.NetworkPolicy
+			c.cs.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				switch o := a.(k8stesting.CreateAction).GetObject().(type) {
+				case *corev1.Pod:
+					pod = o.DeepCopy()
+				case *networkingv1.NetworkPolicy:
+					np = o.DeepCopy()
+				}
+				return false, nil, nil
+			})
+			p := plan(t, isoTask, launcher.Request{JudgeURL: "http://judge.example:8080", Timeout: 50 * time.Millisecond})
+			b, err := New(Options{Client: c.cs, Namespace: ns, DNSTo: tt.mode, PollInterval: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			_, err = launcher.Launch(context.Background(), b, p, launcher.Options{
+				Resolver: resolver{"api.example.com": {apiIP}, "judge.example": {netip.MustParseAddr("10.0.0.12")}},
+				Log:      &log,
+			})
+			var te *launcher.TimeoutError
+			if !errors.As(err, &te) || pod == nil || np == nil {
+				t.Fatalf("err %v, pod %v, policy %v: want both created, then the start timeout", err, pod != nil, np != nil)
+			}
+			if tt.nameserver == "" {
+				if pod.Spec.DNSPolicy != "" || pod.Spec.DNSConfig != nil {
+					t.Errorf("dnsPolicy %q dnsConfig %+v, want the cluster's", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+				}
+			} else if pod.Spec.DNSPolicy != corev1.DNSNone || pod.Spec.DNSConfig == nil || !slices.Equal(pod.Spec.DNSConfig.Nameservers, []string{tt.nameserver}) || len(pod.Spec.DNSConfig.Searches) != 0 {
+				t.Errorf("dnsPolicy %q dnsConfig %+v, want None with nameserver %s only", pod.Spec.DNSPolicy, pod.Spec.DNSConfig, tt.nameserver)
+			}
+			a, err := policy.Decode(pod.Annotations[policy.AnnotationKey])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.Resolver.IsValid(); got != tt.resolver || len(a.DNS) != 0 {
+				t.Errorf("allowlist %s: resolver %v, want %v, and no DNS server", pod.Annotations[policy.AnnotationKey], got, tt.resolver)
+			}
+			if tt.resolver && (!slices.Equal(a.Lookup("judge.example"), []netip.Addr{netip.MustParseAddr("10.0.0.12")}) || !slices.Equal(a.Lookup("api.example.com"), []netip.Addr{apiIP})) {
+				t.Errorf("allowlist names %v, want the Judge's and the API's", a.Names)
+			}
+			port53 := false
+			for _, r := range np.Spec.Egress {
+				for _, pt := range r.Ports {
+					port53 = port53 || pt.Port.IntValue() == 53
+				}
+			}
+			if port53 != tt.mode.Recursive() {
+				t.Errorf("policy allows port 53: %v, want %v", port53, tt.mode.Recursive())
+			}
+			if warned := strings.Contains(log.String(), "warning: --dns-to"); warned != tt.mode.Recursive() {
+				t.Errorf("log %q: warned %v, want %v", log.String(), warned, tt.mode.Recursive())
+			}
+			c.leftovers(t)
+		})
 	}
 }
