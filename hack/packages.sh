@@ -37,6 +37,9 @@ SFORGE_PACKAGES_TEST=(
   "/usr/lib/python3/dist-packages/docker python3-docker"
   # the benchmarks' seed baseline as the seed ran it (`sudo -n iptables` per rule)
   "sudo sudo"
+  # the test node's cluster resolver, which forwards a test zone (the DNS
+  # tunnel an isolated Pod must not reach)
+  "dnsmasq dnsmasq-base"
   # the test node's static pause (hack/k8s/pause.c)
   "gcc gcc"
   "/usr/include/stdlib.h libc6-dev"

@@ -91,6 +91,18 @@ func TestK8sRun(t *testing.T) {
 		if v := pod.Annotations[policy.AnnotationKey]; v != "v1;tcp:10.0.0.12:8080" {
 			t.Errorf("annotation %q", v)
 		}
+		// No resolver (the default): the API server accepted the DNS
+		// config, and the policy allows no port 53.
+		if pod.Spec.DNSPolicy != corev1.DNSNone || pod.Spec.DNSConfig == nil || len(pod.Spec.DNSConfig.Nameservers) != 1 || pod.Spec.DNSConfig.Nameservers[0] != "127.0.0.1" {
+			t.Errorf("dnsPolicy %q dnsConfig %+v, want None with nameserver 127.0.0.1", pod.Spec.DNSPolicy, pod.Spec.DNSConfig)
+		}
+		for _, r := range np.Spec.Egress {
+			for _, p := range r.Ports {
+				if p.Port.IntValue() == 53 {
+					t.Errorf("policy allows port 53: %+v", r)
+				}
+			}
+		}
 		ctr := pod.Spec.Containers[0]
 		if sc := ctr.SecurityContext; sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 ||
 			len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "NET_RAW" {

@@ -27,7 +27,8 @@ import (
 // Judge and the Pod's resolver reached, every escape attempt refused, not
 // one forbidden packet in the judge namespace. Its output streams to the
 // terminal, its exit code is the command's, and the Pod and its
-// NetworkPolicy are gone afterwards.
+// NetworkPolicy are gone afterwards. The Pod has no resolver (the
+// default): the cluster's is out of reach, and no query leaves it.
 func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	sforge := testbin.Build(t, "./cmd/sforge")
 	matrix := matrixJSON(t, map[string]any{
@@ -39,7 +40,7 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 		"forbidden6":      []string{testcluster.JudgeIP6},
 		"neighbours":      []string{testcluster.NodeIP},
 		"neighbour_ports": []int{testcluster.KubeletPort},
-		"resolvers":       []string{testcluster.ClusterDNS},
+		"dns_servers":     []string{testcluster.ClusterDNS, testcluster.InternetIP},
 		"timeout":         "2s",
 	})
 	// The first command's exit status 1 (refused) plus twice the matrix's
@@ -86,12 +87,13 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 		t.Errorf("first line %q: want tcp %s refused at once", first, internetTarget)
 	}
 	// Every verdict of the matrix streamed by sforge run passed.
-	requireMatrixPass(t, stdout.String(), append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-allowed-udp", "ipv6-udp")...)
+	requireMatrixPass(t, stdout.String(), append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-tunnel-udp", "ipv6-udp")...)
 	cnt := requireNoForbiddenAtJudge(t, c, "the agent")
-	for _, n := range []string{testcluster.CounterJudge, testcluster.CounterDNS} {
-		if cnt[n] == 0 {
-			t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", n)
-		}
+	if cnt[testcluster.CounterJudge] == 0 {
+		t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", testcluster.CounterJudge)
+	}
+	if cnt[testcluster.CounterDNS] != 0 {
+		t.Errorf("%d packet(s) reached the cluster's resolver from a Pod without one", cnt[testcluster.CounterDNS])
 	}
 	// What the rules refused, from sforge-cni's Event at the Pod's end:
 	// the first connect's destination among them, and the summary line.

@@ -46,6 +46,7 @@ func TestK8sNode(t *testing.T) {
 		t.Run("malformed annotation", func(t *testing.T) { testNodeMalformedAnnotation(t, c, ns) })
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
 		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
+		t.Run("dns", func(t *testing.T) { testNodeDNS(t, c, ns) })
 		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
 		t.Run("sforge verify --exec", func(t *testing.T) { testNodeVerifyExec(t, c, ns) })
 		// Removes sforge-cni's eventKubeconfig while it runs.
@@ -82,11 +83,13 @@ func runOnNode(t *testing.T, opts testcluster.Options, body func(t *testing.T, c
 // tries before anything else: forbidden, so its very first packet must be
 // refused.
 var (
-	judgeTarget     = fmt.Sprintf("%s:%d", testcluster.JudgeIP, testcluster.JudgePort)
-	internetTarget  = fmt.Sprintf("%s:%d", testcluster.InternetIP, testcluster.JudgePort)
-	judgeOtherPort  = fmt.Sprintf("%s:%d", testcluster.JudgeIP, testcluster.OtherPort)
-	internetDNS     = testcluster.InternetIP + ":53"
-	clusterDNS      = testcluster.ClusterDNS + ":53"
+	judgeTarget    = fmt.Sprintf("%s:%d", testcluster.JudgeIP, testcluster.JudgePort)
+	internetTarget = fmt.Sprintf("%s:%d", testcluster.InternetIP, testcluster.JudgePort)
+	judgeOtherPort = fmt.Sprintf("%s:%d", testcluster.JudgeIP, testcluster.OtherPort)
+	internetDNS    = testcluster.InternetIP + ":53"
+	// A lookup the cluster's resolver forwards, and its zone's server
+	// answers.
+	clusterLookup   = "probe." + testcluster.TunnelZone + "@" + testcluster.ClusterDNS
 	nodeKubelet     = fmt.Sprintf("%s:%d", testcluster.NodeIP, testcluster.KubeletPort)
 	judgeTarget6    = fmt.Sprintf("[%s]:%d", testcluster.JudgeIP6, testcluster.JudgePort)
 	judgeDNS6       = fmt.Sprintf("[%s]:53", testcluster.JudgeIP6)
@@ -98,7 +101,7 @@ var (
 		{"tcp", judgeTarget, true},     // the Judge (positive control)
 		{"tcp", judgeOtherPort, false}, // allowed IP, forbidden port
 		{"udp", internetDNS, false},    // DNS to an arbitrary server
-		{"udp", clusterDNS, true},      // the Pod's resolver (dns capability)
+		{"dns", clusterLookup, true},   // the Pod's resolver (dns capability)
 		{"icmp", testcluster.InternetIP, false},
 		{"tcp", nodeKubelet, false}, // the node itself (kubelet)
 		{"tcp6", judgeTarget6, false},

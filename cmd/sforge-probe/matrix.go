@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -58,6 +59,10 @@ type MatrixConfig struct {
 	// DNSServers are other servers tried for DNS (default: the canary's
 	// host, the gateway).
 	DNSServers []string `json:"dns_servers,omitempty"`
+	// TunnelZone is the zone under which DNS queries ask unique names, so
+	// that the zone's server can tell whether one reached it (default
+	// tunnel.sforge-probe.invalid).
+	TunnelZone string `json:"tunnel_zone,omitempty"`
 	// Timeout per attempt (default 1.5s).
 	Timeout string `json:"timeout,omitempty"`
 	// Skip names checks not to run (e.g. "metadata" where 169.254.169.254
@@ -150,7 +155,7 @@ func matrixVerdicts(cfg *MatrixConfig) []Verdict {
 	if cfg.Timeout != "" {
 		timeout, _ = time.ParseDuration(cfg.Timeout)
 	}
-	atts := append(planMatrix(cfg, defaultGateway(), interfaces()), ownResolverAttempts(cfg)...)
+	atts := append(planMatrix(cfg, defaultGateway(), interfaces()), resolverChecks(cfg)...)
 	verdicts := make([]Verdict, len(atts))
 	// Attempts are independent: running them at once bounds the whole
 	// matrix by the slowest attempt (a dropped packet's timeout), not by
@@ -200,7 +205,28 @@ func parseMatrixConfig(raw []byte) (*MatrixConfig, error) {
 			return nil, fmt.Errorf(`matrix: invalid config: "timeout" %q: want a duration in (0, 10s]`, cfg.Timeout)
 		}
 	}
+	if cfg.TunnelZone != "" && !validZone(cfg.TunnelZone) {
+		return nil, fmt.Errorf(`matrix: invalid config: "tunnel_zone" %q: want a DNS name of letters, digits, '-' and '.', at most 200 characters`, cfg.TunnelZone)
+	}
 	return &cfg, nil
+}
+
+// validZone accepts a DNS name short enough to put a unique label under.
+func validZone(z string) bool {
+	if len(z) > 200 {
+		return false
+	}
+	for _, l := range strings.Split(z, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // planMatrix lists the attempts: pure, so that tests can see the plan.
@@ -306,10 +332,12 @@ func planMatrix(cfg *MatrixConfig, gateway netip.Addr, ifaces []string) []attemp
 	add("metadata", "169.254.169.254:80", expectRefused, tcp("tcp4", "169.254.169.254:80"))
 
 	// DNS: the allowed resolvers answer; 127.0.0.11 (Docker's embedded
-	// resolver) and any other server do not.
+	// resolver) and any other server do not. Each is asked a unique name
+	// under the tunnel zone, so that the zone's server sees which came.
+	zone := cmp.Or(cfg.TunnelZone, defaultTunnelZone)
 	for _, r := range cfg.Resolvers {
 		t := net.JoinHostPort(r, "53")
-		add("dns-allowed-udp", t, expectReachable, func(d time.Duration) error { return checkDNS("udp4", t, d) })
+		add("dns-allowed-udp", t, expectReachable, func(d time.Duration) error { return checkDNS("udp4", t, zone, d) })
 	}
 	servers := []string{"127.0.0.11"}
 	servers = append(servers, cfg.DNSServers...)
@@ -327,7 +355,7 @@ func planMatrix(cfg *MatrixConfig, gateway netip.Addr, ifaces []string) []attemp
 			continue
 		}
 		t := net.JoinHostPort(s, "53")
-		add("dns-udp", t, expectRefused, func(d time.Duration) error { return checkDNS("udp4", t, d) })
+		add("dns-udp", t, expectRefused, func(d time.Duration) error { return checkDNS("udp4", t, zone, d) })
 		add("dns-tcp", t, expectRefused, tcp("tcp4", t))
 	}
 
@@ -441,9 +469,10 @@ func tryUnshare(flags int, egress string, timeout time.Duration) error {
 	return <-errc
 }
 
-// checkDNS sends a query for sforge-probe.invalid. and waits for any
-// answer: an answer (even NXDOMAIN) means the server was reached.
-func checkDNS(network, target string, timeout time.Duration) error {
+// checkDNS sends a query for a unique name under zone and waits for any
+// answer: an answer (even NXDOMAIN or REFUSED) means the server was
+// reached.
+func checkDNS(network, target, zone string, timeout time.Duration) error {
 	c, err := net.DialTimeout(network, target, timeout)
 	if err != nil {
 		return err
@@ -452,7 +481,7 @@ func checkDNS(network, target string, timeout time.Duration) error {
 	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}
-	q := dnsQuery(0x5f0e, "sforge-probe.invalid")
+	q := dnsQuery(0x5f0e, uniqueName(zone))
 	if _, err := c.Write(q); err != nil {
 		return err
 	}

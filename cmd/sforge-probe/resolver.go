@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -26,9 +27,24 @@ import (
 // labels, a long one — over UDP and TCP, so that no query is answered
 // from elsewhere.
 
-// ownResolvers are the loopback nameservers of resolv.conf other than
-// Docker's embedded resolver and the allowed ones.
-func ownResolvers(resolvConf io.Reader, allowed []string) []netip.Addr {
+// The DNS tunnel: a query for a unique name under a zone an attacker
+// serves reaches that zone's authoritative server through any resolver
+// that forwards it. Every resolver the container is given must refuse
+// such a name, or be unreachable: its own (see above), the loopback
+// address a Pod without a resolver is pointed at, and the allowed ones
+// (on Kubernetes, the cluster's resolver, which forwards unless told not
+// to: this check then shows the channel).
+
+// defaultTunnelZone is where the unique names go unless the config names
+// a zone: one no resolver can answer from its cache.
+const defaultTunnelZone = "tunnel.sforge-probe.invalid"
+
+// noResolver is where a Pod without a resolver is pointed: nothing
+// answers there.
+var noResolver = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// nameservers are the IPv4 nameservers of resolv.conf, in order, once each.
+func nameservers(resolvConf io.Reader) []netip.Addr {
 	var out []netip.Addr
 	sc := bufio.NewScanner(resolvConf)
 	for sc.Scan() {
@@ -36,12 +52,65 @@ func ownResolvers(resolvConf io.Reader, allowed []string) []netip.Addr {
 		if len(f) < 2 || f[0] != "nameserver" {
 			continue
 		}
-		a, err := netip.ParseAddr(f[1])
-		if err != nil || !a.Is4() || !a.IsLoopback() || a == netip.AddrFrom4([4]byte{127, 0, 0, 11}) ||
-			slices.Contains(allowed, a.String()) || slices.Contains(out, a) {
-			continue
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !slices.Contains(out, a) {
+			out = append(out, a)
 		}
-		out = append(out, a)
+	}
+	return out
+}
+
+// ownResolvers are the loopback nameservers other than Docker's embedded
+// resolver, the address of no resolver and the allowed ones.
+func ownResolvers(servers []netip.Addr, allowed []string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range servers {
+		if a.IsLoopback() && a != netip.AddrFrom4([4]byte{127, 0, 0, 11}) && a != noResolver && !slices.Contains(allowed, a.String()) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// tunnelServers are the resolvers a tunnel name is sent to besides the
+// own ones: the allowed ones and the loopback nameservers that are not own
+// (no resolver, 127.0.0.1). Other nameservers are left alone: outside a
+// sandbox they are real resolvers of the host's; Docker's embedded one
+// (which forwards to those) is tried by dns-udp.
+func tunnelServers(servers []netip.Addr, allowed []string) []netip.Addr {
+	var out []netip.Addr
+	for _, r := range allowed {
+		if a, err := netip.ParseAddr(r); err == nil && a.Is4() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	own := ownResolvers(servers, allowed)
+	for _, a := range servers {
+		if a.IsLoopback() && a != netip.AddrFrom4([4]byte{127, 0, 0, 11}) && !slices.Contains(own, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// uniqueName is a name under zone that no one has asked for before.
+func uniqueName(zone string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sforge-probe-" + hex.EncodeToString(b[:]) + "." + zone
+}
+
+// tunnelAttempts send a unique name under zone to each server, over UDP
+// and TCP: each must be refused or unreachable.
+func tunnelAttempts(servers []netip.Addr, zone string) []attempt {
+	var out []attempt
+	for _, s := range servers {
+		t := netip.AddrPortFrom(s, 53).String()
+		for _, network := range []string{"udp4", "tcp4"} {
+			name := uniqueName(zone)
+			out = append(out, attempt{"dns-tunnel-" + network[:3], t + " " + name, expectRefused, func(d time.Duration) error {
+				return refusedName(network, t, labels(name), d)
+			}})
+		}
 	}
 	return out
 }
@@ -72,10 +141,10 @@ func pinnedHosts(hosts io.Reader, hostname string) map[string]netip.Addr {
 }
 
 // resolverAttempts are the checks of each own resolver.
-func resolverAttempts(servers []netip.Addr, pinned map[string]netip.Addr) []attempt {
+func resolverAttempts(servers []netip.Addr, pinned map[string]netip.Addr, zone string) []attempt {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	unique := "sforge-probe-" + hex.EncodeToString(b[:]) + ".tunnel.sforge-probe.invalid"
+	unique := uniqueName(zone)
 	binaryLabel := []byte{0x00, 0x01, 0x7f, 0x80, 0xff, ' ', 'x'}
 	long := strings.Repeat(hex.EncodeToString(b[:]), 8)[:63]
 	longName := long + "." + long + "." + long + ".sforge-probe.invalid"
@@ -211,25 +280,27 @@ func askResolver(network, target string, name [][]byte, timeout time.Duration) (
 	return h.RCode, addrs, nil
 }
 
-// ownResolverAttempts reads this container's resolv.conf and hosts.
-func ownResolverAttempts(cfg *MatrixConfig) []attempt {
-	rc, err := os.Open("/etc/resolv.conf")
-	if err != nil {
-		return nil
+// resolverChecks reads this container's resolv.conf and hosts and plans
+// the checks of its resolvers: its own, and the tunnel through any.
+func resolverChecks(cfg *MatrixConfig) []attempt {
+	var servers []netip.Addr
+	if rc, err := os.Open("/etc/resolv.conf"); err == nil {
+		servers = nameservers(rc)
+		rc.Close()
 	}
-	defer rc.Close()
-	servers := ownResolvers(rc, cfg.Resolvers)
-	if len(servers) == 0 {
-		return nil
-	}
-	pinned := map[string]netip.Addr{}
-	if h, err := os.Open("/etc/hosts"); err == nil {
-		hostname, _ := os.Hostname()
-		pinned = pinnedHosts(h, hostname)
-		h.Close()
+	zone := cmp.Or(cfg.TunnelZone, defaultTunnelZone)
+	atts := tunnelAttempts(tunnelServers(servers, cfg.Resolvers), zone)
+	if own := ownResolvers(servers, cfg.Resolvers); len(own) > 0 {
+		pinned := map[string]netip.Addr{}
+		if h, err := os.Open("/etc/hosts"); err == nil {
+			hostname, _ := os.Hostname()
+			pinned = pinnedHosts(h, hostname)
+			h.Close()
+		}
+		atts = append(atts, resolverAttempts(own, pinned, zone)...)
 	}
 	var out []attempt
-	for _, a := range resolverAttempts(servers, pinned) {
+	for _, a := range atts {
 		if !slices.Contains(cfg.Skip, a.check) {
 			out = append(out, a)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -11,10 +12,32 @@ import (
 )
 
 func TestOwnResolvers(t *testing.T) {
-	conf := "search example.com\nnameserver 127.0.0.53\nnameserver 127.0.0.11\nnameserver 10.96.0.10\nnameserver 127.0.0.53\noptions ndots:0\nnameserver 127.0.0.9\n"
-	got := ownResolvers(strings.NewReader(conf), []string{"127.0.0.9"})
+	conf := "search example.com\nnameserver 127.0.0.53\nnameserver 127.0.0.11\nnameserver 10.96.0.10\nnameserver 127.0.0.53\noptions ndots:0\nnameserver 127.0.0.9\nnameserver 127.0.0.1\nnameserver fd00::53\n"
+	servers := nameservers(strings.NewReader(conf))
+	if want := []string{"127.0.0.53", "127.0.0.11", "10.96.0.10", "127.0.0.9", "127.0.0.1"}; fmt.Sprint(servers) != fmt.Sprint(want) {
+		t.Fatalf("nameservers %v, want %v", servers, want)
+	}
+	got := ownResolvers(servers, []string{"127.0.0.9"})
 	if len(got) != 1 || got[0] != netip.MustParseAddr("127.0.0.53") {
 		t.Fatalf("own resolvers %v", got)
+	}
+	// The tunnel goes to the allowed ones and to the loopback ones that
+	// are not own; never to another nameserver (a host's real resolver,
+	// outside a sandbox).
+	tunnel := tunnelServers(servers, []string{"10.96.0.20"})
+	if want := []string{"10.96.0.20", "127.0.0.1"}; fmt.Sprint(tunnel) != fmt.Sprint(want) {
+		t.Fatalf("tunnel servers %v, want %v", tunnel, want)
+	}
+	atts := tunnelAttempts([]netip.Addr{noResolver}, "tunnel.example")
+	if len(atts) != 2 || atts[0].check != "dns-tunnel-udp" || atts[1].check != "dns-tunnel-tcp" || atts[0].expect != expectRefused ||
+		!strings.HasPrefix(atts[0].target, "127.0.0.1:53 sforge-probe-") || !strings.HasSuffix(atts[0].target, ".tunnel.example") || atts[0].target == atts[1].target {
+		t.Fatalf("tunnel attempts %+v", atts)
+	}
+	// Nothing listens on a port 53 of 127.0.0.1 here: refused, a pass.
+	for _, a := range atts {
+		if err := a.try(time.Second); err == nil {
+			t.Errorf("%s %s: answered", a.check, a.target)
+		}
 	}
 }
 
@@ -45,7 +68,7 @@ func TestResolverChecksAgainstResolver(t *testing.T) {
 	go s.ServeTCP(tcp)
 	target := udp.LocalAddr().String()
 
-	atts := resolverAttempts([]netip.Addr{netip.MustParseAddr("127.0.0.1")}, map[string]netip.Addr{"judge.local": netip.MustParseAddr("10.0.0.12")})
+	atts := resolverAttempts([]netip.Addr{netip.MustParseAddr("127.0.0.1")}, map[string]netip.Addr{"judge.local": netip.MustParseAddr("10.0.0.12")}, defaultTunnelZone)
 	checks := map[string]bool{}
 	for _, a := range atts {
 		checks[a.check] = true

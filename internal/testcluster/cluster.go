@@ -251,6 +251,7 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	phase("create the network namespaces", c.setupNetwork)
 	c.Judge.serve(t)
+	phase("start the cluster's resolver", func() error { return c.startResolver(t) })
 	phase("record the host state", c.recordHost)
 	phase("create the cgroup root", c.setupCgroup)
 	if o.SforgeCNI != "" && o.Sforge == "" {
@@ -300,7 +301,7 @@ func Start(t testing.TB, o Options) *Cluster {
 func requirements(t testing.TB, o Options) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "nft", "gcc"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "nft", "gcc", "dnsmasq"} {
 		testenv.RequireBinary(t, b)
 	}
 	_, _, err := runtimeBinaries(o.Containerd)
@@ -462,6 +463,7 @@ func (c *Cluster) setupNetwork() error {
 		{"-n", judge, "addr", "add", JudgeIP + "/32", "dev", "lo"},
 		{"-n", judge, "addr", "add", InternetIP + "/32", "dev", "lo"},
 		{"-n", judge, "addr", "add", ClusterDNS + "/32", "dev", "lo"},
+		{"-n", judge, "addr", "add", TunnelDNS + "/32", "dev", "lo"},
 		{"-n", node, "route", "add", "198.51.100.0/24", "via", uplinkPeer},
 		{"-n", node, "route", "add", "203.0.113.0/24", "via", uplinkPeer},
 		{"-n", node, "route", "add", ClusterDNS + "/32", "via", uplinkPeer},
@@ -482,13 +484,18 @@ func (j *Judge) serve(t testing.TB) {
 	t.Helper()
 	testnet.ServeTCP(t, j.NetNS, fmt.Sprintf(":%d", JudgePort))
 	testnet.ServeTCP(t, j.NetNS, fmt.Sprintf(":%d", OtherPort))
-	testnet.ServeTCP(t, j.NetNS, ":53")
-	// UDP per address: a socket bound to the wildcard answers from the
-	// address of the route back (10.200.0.2), and the Pod's connected
-	// socket drops a reply from an address it did not send to.
-	for _, a := range []string{JudgeIP, InternetIP, ClusterDNS, JudgeIP6} {
+	// Port 53 per address, ClusterDNS's being the cluster's resolver's and
+	// TunnelDNS's the test zone's. UDP per address anyway: a socket bound
+	// to the wildcard answers from the address of the route back
+	// (10.200.0.2), and the Pod's connected socket drops a reply from an
+	// address it did not send to.
+	for _, a := range []string{JudgeIP, InternetIP, uplinkPeer, JudgeIP6} {
+		testnet.ServeTCP(t, j.NetNS, net.JoinHostPort(a, "53"))
+	}
+	for _, a := range []string{JudgeIP, InternetIP, JudgeIP6} {
 		testnet.ServeUDPEcho(t, j.NetNS, net.JoinHostPort(a, "53"))
 	}
+	j.zone.serve(t, j.NetNS)
 	t.Cleanup(func() { j.NetNS.Close() })
 }
 

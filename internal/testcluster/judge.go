@@ -11,14 +11,16 @@ import (
 )
 
 // Judge is the network namespace at the other end of the node's uplink:
-// it plays the Judge server, "the internet" and the cluster's DNS server,
-// with TCP servers on JudgePort and OtherPort and a UDP echo on 53 on all
-// its addresses (see the constants). Its nftables counters see every
+// it plays the Judge server, "the internet" and the cluster's DNS server
+// (see dns.go), with TCP servers on JudgePort and OtherPort on all its
+// addresses and TCP servers and UDP echoes on 53 on the others (see the
+// constants). Its nftables counters see every
 // packet a Pod sends off the node, before anything answers it, which is
 // how a test proves that not even a first packet got out.
 type Judge struct {
 	NetNS ns.NetNS
 	Path  string // /run/netns/NAME
+	zone  zoneServer
 }
 
 // Counter names: what a Pod (any address of PodCIDR/PodCIDR6) sent to the

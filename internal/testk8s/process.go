@@ -152,3 +152,9 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// StartProcessIn starts path with args as a daemon of its own, stdout and
+// stderr going to logPath, inside the network namespace at netns.
+func StartProcessIn(name, logPath, netns, path string, args ...string) (*Process, error) {
+	return startProcess(name, logPath, netns, path, args...)
+}
