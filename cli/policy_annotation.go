@@ -31,7 +31,10 @@ A URL without a port uses 80 (http) or 443 (https).
 
 With --own-resolver the container gets a resolver of its own, in its network
 namespace, that answers the URLs' names with those addresses and refuses every
-other name without forwarding it; the audit log records the names refused.`,
+other name without forwarding it; the audit log records the names refused. It is
+started by sforge-hook on Docker, podman and containerd, and by sforge-cni for a
+Pod; point the container's DNS at it (docker run --dns 127.0.0.53, or a Pod's
+dnsPolicy: None with dnsConfig.nameservers [127.0.0.53]).`,
 		Example: `  # Judge and Anthropic's API
   sforge policy annotation --judge-url http://10.0.0.12:8080 --api-url https://api.anthropic.com
 
