@@ -283,15 +283,23 @@ func Summary(total uint64, blocked []engine.RefusedDestination, max int) string 
 	if max <= 0 || len(blocked) == 0 {
 		return s
 	}
+	parts := TopCounts(blocked, max, "and %d more", LabelDestination)
+	return s + ": " + strings.Join(parts, ", ")
+}
+
+// TopCounts writes the first max items as "WHAT ×COUNT" and, when there
+// are more, the number left as the format more says ("and %d more").
+func TopCounts[T any](items []T, max int, more string, label func(T) (string, uint64)) []string {
 	var parts []string
-	for i, d := range blocked {
+	for i, it := range items {
 		if i == max {
-			parts = append(parts, fmt.Sprintf("and %d more", len(blocked)-max))
+			parts = append(parts, fmt.Sprintf(more, len(items)-max))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", Destination(d), d.Count))
+		what, n := label(it)
+		parts = append(parts, fmt.Sprintf("%s ×%d", what, n))
 	}
-	return s + ": " + strings.Join(parts, ", ")
+	return parts
 }
 
 // NamesSummary is the resolver's part of a summary line, "; 5 lookups of
@@ -312,16 +320,16 @@ func NamesSummary(r *ResolverRecord, max int) string {
 	if max <= 0 || n == 0 {
 		return s
 	}
-	var parts []string
-	for i, c := range r.BlockedNames {
-		if i == max {
-			parts = append(parts, fmt.Sprintf("and %d more", len(r.BlockedNames)-max))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", c.Name, c.Count))
-	}
+	parts := TopCounts(r.BlockedNames, max, "and %d more", LabelName)
 	return s + ": " + strings.Join(parts, ", ")
 }
+
+// LabelDestination and LabelName label refused destinations and names
+// for TopCounts.
+func LabelDestination(d engine.RefusedDestination) (string, uint64) { return Destination(d), d.Count }
+
+// LabelName: see LabelDestination.
+func LabelName(c resolver.NameCount) (string, uint64) { return c.Name, c.Count }
 
 // Destination writes a refused destination as "tcp 198.51.100.7:443",
 // "tcp [2001:db8::1]:443", or "icmp 198.51.100.7" for protocols without

@@ -128,14 +128,7 @@ func destinationsCell(r audit.Record, max int) string {
 	case !r.PerDestination:
 		return "(totals only: " + r.Engine + " engine)"
 	}
-	var parts []string
-	for i, d := range r.Blocked {
-		if i == max {
-			parts = append(parts, fmt.Sprintf("+%d more", len(r.Blocked)-max))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", audit.Destination(d), d.Count))
-	}
+	parts := audit.TopCounts(r.Blocked, max, "+%d more", audit.LabelDestination)
 	if r.BlockedUncounted > 0 {
 		parts = append(parts, fmt.Sprintf("%d uncounted", r.BlockedUncounted))
 	}
@@ -153,14 +146,7 @@ func namesCell(r *audit.ResolverRecord, max int) string {
 	case r.BlockedNamesTotal == 0:
 		return "none refused"
 	}
-	var parts []string
-	for i, n := range r.BlockedNames {
-		if i == max {
-			parts = append(parts, fmt.Sprintf("+%d more", len(r.BlockedNames)-max))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", n.Name, n.Count))
-	}
+	parts := audit.TopCounts(r.BlockedNames, max, "+%d more", audit.LabelName)
 	if r.BlockedNamesUncounted > 0 {
 		parts = append(parts, fmt.Sprintf("%d uncounted", r.BlockedNamesUncounted))
 	}
