@@ -25,8 +25,9 @@ import (
 // condition on the real test node (kubelet, containerd 1.6, bridge +
 // host-local with sforge-cni chained by `sforge install --cni`), Pods with
 // the allowlist annotation (sforge-cni installs the rules at ADD) against
-// the same Pods without it (sforge-cni passes the result through),
-// interleaved.
+// the same Pods without it (sforge-cni passes the result through), and
+// isolated Pods with a resolver of their own (--dns-to sforge: sforge-cni
+// also starts it at ADD), interleaved.
 func BenchmarkK8sPodReady(b *testing.B) {
 	testenv.RequireRoot(b)
 	b.Cleanup(testbin.Cleanup)
@@ -42,12 +43,20 @@ func BenchmarkK8sPodReady(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	own, err := policy.Encode(policy.Allowlist{Endpoints: []policy.Endpoint{ep}, Resolver: policy.DefaultResolver,
+		Names: []policy.Name{{Host: "judge.sforge.test", Addr: ep.Prefix.Addr()}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ownDNS := &corev1.PodDNSConfig{Nameservers: []string{policy.DefaultResolver.String()}}
 	kinds := []struct {
 		name        string
 		annotations map[string]string
+		dns         *corev1.PodDNSConfig
 	}{
-		{"Pod, no allowlist", nil},
-		{"Pod, isolated by sforge-cni", map[string]string{policy.AnnotationKey: allow}},
+		{"Pod, no allowlist", nil, nil},
+		{"Pod, isolated by sforge-cni", map[string]string{policy.AnnotationKey: allow}, nil},
+		{"Pod, isolated, own resolver", map[string]string{policy.AnnotationKey: own}, ownDNS},
 	}
 	nr := rounds(15)
 	samples := make([]timing.Samples, len(kinds))
@@ -59,7 +68,7 @@ func BenchmarkK8sPodReady(b *testing.B) {
 				kind := (k + round) % len(kinds)
 				pods++
 				name := fmt.Sprintf("ready-%d", pods)
-				d, err := podReady(cs, ns, name, kinds[kind].annotations)
+				d, err := podReady(cs, ns, name, kinds[kind].annotations, kinds[kind].dns)
 				if err != nil {
 					b.Fatalf("%s: %v", kinds[kind].name, err)
 				}
@@ -72,8 +81,11 @@ func BenchmarkK8sPodReady(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if got, want := strings.Count(string(log), " ADD container="), nr*b.N; got != want {
+	if got, want := strings.Count(string(log), " ADD container="), 2*nr*b.N; got != want {
 		b.Fatalf("sforge-cni installed for %d Pods, want %d:\n%s", got, want, log)
+	}
+	if got, want := strings.Count(string(log), " RESOLVER container="), nr*b.N; got != want {
+		b.Fatalf("sforge-cni started %d resolvers, want %d:\n%s", got, want, log)
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nPod create to Ready on the test node, %d rounds interleaved in %s; load average %s\n", nr, elapsed.Round(time.Second), loadAvg())
@@ -87,12 +99,14 @@ func BenchmarkK8sPodReady(b *testing.B) {
 	}
 	fmt.Print(out.String())
 	b.ReportMetric(timing.Ratio(samples[1], samples[0]), "isolated/plain")
+	b.ReportMetric(timing.Ratio(samples[2], samples[0]), "own-resolver/plain")
 }
 
-// podReady creates a Pod running the sandbox image's pause, waits
-// (bounded) for its Ready condition, and deletes it, waiting until it is
-// gone; it returns the time from the create call to Ready.
-func podReady(cs kubernetes.Interface, ns, name string, annotations map[string]string) (time.Duration, error) {
+// podReady creates a Pod running the sandbox image's pause (with dns as
+// its only DNS configuration when not nil), waits (bounded) for its Ready
+// condition, and deletes it, waiting until it is gone; it returns the time
+// from the create call to Ready.
+func podReady(cs kubernetes.Interface, ns, name string, annotations map[string]string, dns *corev1.PodDNSConfig) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pod := &corev1.Pod{
@@ -105,6 +119,9 @@ func podReady(cs kubernetes.Interface, ns, name string, annotations map[string]s
 				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}},
 			}},
 		},
+	}
+	if dns != nil {
+		pod.Spec.DNSPolicy, pod.Spec.DNSConfig = corev1.DNSNone, dns
 	}
 	t0 := time.Now()
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -55,9 +55,11 @@ func testNodeDNS(t *testing.T, c *testcluster.Cluster, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := hostNames{dnsJudgeName: netip.MustParseAddr(testcluster.JudgeIP), dnsAPIName: netip.MustParseAddr(testcluster.InternetIP)}
+	// The API is served by the Judge's server too: the judge namespace's
+	// counters take any other destination for a forbidden one.
+	names := hostNames{dnsJudgeName: netip.MustParseAddr(testcluster.JudgeIP), dnsAPIName: netip.MustParseAddr(testcluster.JudgeIP)}
 	judge := fmt.Sprintf("%s:%d", dnsJudgeName, testcluster.JudgePort)
-	api := fmt.Sprintf("%s:%d", dnsAPIName, testcluster.OtherPort)
+	api := fmt.Sprintf("%s:%d", dnsAPIName, testcluster.JudgePort)
 	launch := func(t *testing.T, mode netpol.DNSTo, script string) (*launcher.Report, string, string) {
 		t.Helper()
 		dir := t.TempDir()
