@@ -162,7 +162,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 }
 
 // Check verifies that the rules ADD installed are still in place and match
-// the allowlist.
+// the allowlist, and that the Pod's resolver, if it has one, still runs.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
 	conf, prev, err := ParseConfig(args.StdinData)
 	if err != nil {
@@ -181,6 +181,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	if err := eng.Check(engine.Target{NetNS: args.Netns, ID: args.ContainerID}, a); err != nil {
 		return fmt.Errorf("sforge-cni: pod %s: egress rules are not as installed: %w", podName(args), err)
+	}
+	if a.Resolver.IsValid() {
+		if err := p.Resolvers.Serving(args.ContainerID); err != nil {
+			return fmt.Errorf("sforge-cni: pod %s: its resolver (%s:53) does not serve: %w", podName(args), a.Resolver, err)
+		}
 	}
 	return nil
 }

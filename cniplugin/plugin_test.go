@@ -424,6 +424,13 @@ func (f *fakeResolvers) Stop(id string) (resolver.Outcome, bool, error) {
 
 func (f *fakeResolvers) Running() []string { return slices.Sorted(maps.Keys(f.started)) }
 
+func (f *fakeResolvers) Serving(id string) error {
+	if _, ok := f.started[id]; !ok {
+		return errors.New("its process 4242 is gone")
+	}
+	return nil
+}
+
 // TestPodResolver: a Pod whose allowlist asks for a resolver of its own
 // gets it after its rules, and no resolver from the dns capability (its
 // only nameserver is that loopback one); DEL stops it and records what it
@@ -450,6 +457,15 @@ func TestPodResolver(t *testing.T) {
 	if got := eng.installed["sandbox1"]; len(got.DNS) != 0 || !got.Resolver.IsValid() {
 		t.Errorf("installed %+v: want the own resolver and no DNS server (a loopback nameserver is not one)", got)
 	}
+	// CHECK: the rules, and the resolver serving.
+	if err := p.Check(cmdArgs(nsPath, netconf(t, conf))); err != nil {
+		t.Errorf("Check with the resolver serving: %v", err)
+	}
+	delete(res.started, "sandbox1")
+	if err := p.Check(cmdArgs(nsPath, netconf(t, conf))); err == nil || !strings.Contains(err.Error(), "its resolver (127.0.0.53:53) does not serve: its process 4242 is gone") {
+		t.Errorf("Check with the resolver gone: %v", err)
+	}
+	res.started["sandbox1"] = eng.installed["sandbox1"]
 	if err := p.Del(cmdArgs(nsPath, netconf(t, conf))); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,8 @@ type Resolvers interface {
 	Stop(id string) (o resolver.Outcome, found bool, err error)
 	// Running lists the sandboxes with a resolver.
 	Running() []string
+	// Serving returns nil while the sandbox's resolver runs.
+	Serving(id string) error
 }
 
 // stopWait bounds how long DEL waits for a stopped resolver's record.
@@ -62,6 +64,14 @@ func (r Processes) Stop(id string) (resolver.Outcome, bool, error) {
 		return resolver.Outcome{}, false, nil
 	}
 	return resolver.Stop(r.state(id), stopWait)
+}
+
+// Serving implements Resolvers.
+func (r Processes) Serving(id string) error {
+	if id == "" || strings.ContainsAny(id, `/\`) {
+		return fmt.Errorf("container id %q cannot name a state file", id)
+	}
+	return resolver.Serving(r.state(id))
 }
 
 // Running implements Resolvers.

@@ -189,6 +189,9 @@ func TestResolverProcessForPod(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	askIn(t, netns, "leak.tunnel.sforge.invalid.", dnsmessage.RCodeRefused)
 	askIn(t, netns, "judge.sforge.test.", dnsmessage.RCodeSuccess)
+	if err := resolver.Serving(state); err != nil {
+		t.Errorf("serving: %v", err)
+	}
 	o, found, err := resolver.Stop(state, 5*time.Second)
 	if err != nil || !found {
 		t.Fatalf("stop: found %v, %v", found, err)
@@ -197,6 +200,9 @@ func TestResolverProcessForPod(t *testing.T) {
 		t.Errorf("outcome %+v", o)
 	}
 	waitGone(t, pid, "after Stop")
+	if err := resolver.Serving(state); err == nil {
+		t.Error("serving after Stop")
+	}
 
 	// No DEL: the namespace's mount goes, and so does the resolver.
 	other := testenv.NewNetNS(t)

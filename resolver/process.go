@@ -319,6 +319,26 @@ func collect(statePath string, grace, wait time.Duration) (Outcome, bool, error)
 	return Outcome{Address: s.Address, Stats: *s.Stats}, true, nil
 }
 
+// Serving returns nil while the resolver of the state file at statePath
+// runs, and otherwise says why it does not.
+func Serving(statePath string) error {
+	b, err := os.ReadFile(statePath)
+	if err != nil {
+		return err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%s: %w", statePath, err)
+	}
+	switch {
+	case s.Done:
+		return fmt.Errorf("it ended (pid %d)", s.Pid)
+	case s.Pid <= 0 || !isResolver(s.Pid):
+		return fmt.Errorf("its process %d is gone", s.Pid)
+	}
+	return nil
+}
+
 // isResolver reports whether pid is still a resolver process (and not a
 // process that reused its number).
 func isResolver(pid int) bool {
