@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/binary"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sforge-dev/netiso/cniplugin"
 	"github.com/sforge-dev/netiso/hook"
+	"github.com/sforge-dev/netiso/internal/dnsquery"
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/policy"
@@ -48,44 +48,7 @@ func TestResolverProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
-	ask := func(name string) dnsmessage.RCode {
-		t.Helper()
-		var rc dnsmessage.RCode
-		err := netns.Do(func(ns.NetNS) error {
-			c, err := net.DialTimeout("udp4", "127.0.0.53:53", time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 42})
-			_ = b.StartQuestions()
-			_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
-			q, _ := b.Finish()
-			if _, err := c.Write(q); err != nil {
-				return err
-			}
-			buf := make([]byte, 512)
-			n, err := c.Read(buf)
-			if err != nil {
-				return err
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[:n])
-			if err != nil {
-				return err
-			}
-			if binary.BigEndian.Uint16(buf) != 42 {
-				t.Errorf("reply id %d", binary.BigEndian.Uint16(buf))
-			}
-			rc = h.RCode
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return rc
-	}
+	ask := func(name string) dnsmessage.RCode { t.Helper(); return queryIn(t, netns, name) }
 	// The sockets are bound when Start returns; the process then drops
 	// root and serves.
 	if rc := ask("judge.sforge.test."); rc != dnsmessage.RCodeSuccess {
@@ -226,38 +189,25 @@ func TestResolverProcessForPod(t *testing.T) {
 // code.
 func askIn(t *testing.T, netns ns.NetNS, name string, want dnsmessage.RCode) {
 	t.Helper()
+	if rc := queryIn(t, netns, name); rc != want {
+		t.Errorf("%s: %s, want %s", name, rc, want)
+	}
+}
+
+// queryIn sends one A query to 127.0.0.53 in netns and returns the reply's
+// code.
+func queryIn(t *testing.T, netns ns.NetNS, name string) dnsmessage.RCode {
+	t.Helper()
+	var rc dnsmessage.RCode
 	err := netns.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout("udp4", "127.0.0.53:53", time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7})
-		_ = b.StartQuestions()
-		_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
-		q, _ := b.Finish()
-		if _, err := c.Write(q); err != nil {
-			return err
-		}
-		buf := make([]byte, 512)
-		n, err := c.Read(buf)
-		if err != nil {
-			return err
-		}
-		var p dnsmessage.Parser
-		h, err := p.Start(buf[:n])
-		if err != nil {
-			return err
-		}
-		if h.RCode != want {
-			t.Errorf("%s: %s, want %s", name, h.RCode, want)
-		}
-		return nil
+		var err error
+		rc, _, err = dnsquery.Ask("udp4", "127.0.0.53:53", dnsquery.Labels(name), 2*time.Second)
+		return err
 	})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
+	return rc
 }
 
 // waitGone waits, bounded, for pid to end.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sforge-dev/netiso/internal/dnsquery"
 	"golang.org/x/sys/unix"
 )
 
@@ -264,7 +265,7 @@ func checkLookup(target string, timeout time.Duration) error {
 	if !ok || name == "" || server == "" {
 		return fmt.Errorf("want NAME@SERVER, not %q", target)
 	}
-	rc, addrs, err := askResolver("udp4", net.JoinHostPort(server, "53"), labels(name), timeout)
+	rc, addrs, err := dnsquery.Ask("udp4", net.JoinHostPort(server, "53"), dnsquery.Labels(name), timeout)
 	if err != nil {
 		return err
 	}

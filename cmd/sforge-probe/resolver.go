@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"cmp"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sforge-dev/netiso/internal/dnsquery"
 )
 
 // The container's own resolver (sforge's, on a loopback address that
@@ -108,7 +108,7 @@ func tunnelAttempts(servers []netip.Addr, zone string) []attempt {
 		for _, network := range []string{"udp4", "tcp4"} {
 			name := uniqueName(zone)
 			out = append(out, attempt{"dns-tunnel-" + network[:3], t + " " + name, expectRefused, func(d time.Duration) error {
-				return refusedName(network, t, labels(name), d)
+				return refusedName(network, t, dnsquery.Labels(name), d)
 			}})
 		}
 	}
@@ -155,19 +155,19 @@ func resolverAttempts(servers []netip.Addr, pinned map[string]netip.Addr, zone s
 			proto := network[:3]
 			out = append(out,
 				attempt{"resolver-tunnel-" + proto, t + " " + unique, expectRefused, func(d time.Duration) error {
-					return refusedName(network, t, labels(unique), d)
+					return refusedName(network, t, dnsquery.Labels(unique), d)
 				}},
 				attempt{"resolver-long-" + proto, t + " " + longName, expectRefused, func(d time.Duration) error {
-					return refusedName(network, t, labels(longName), d)
+					return refusedName(network, t, dnsquery.Labels(longName), d)
 				}})
 		}
 		out = append(out, attempt{"resolver-binary-udp", t + " " + fmt.Sprintf("%q", binaryLabel) + ".sforge-probe.invalid", expectRefused, func(d time.Duration) error {
-			return refusedName("udp4", t, append([][]byte{binaryLabel}, labels("sforge-probe.invalid")...), d)
+			return refusedName("udp4", t, append([][]byte{binaryLabel}, dnsquery.Labels("sforge-probe.invalid")...), d)
 		}})
 		for _, name := range slices.Sorted(maps.Keys(pinned)) {
 			want := pinned[name]
 			out = append(out, attempt{"resolver-pinned", t + " " + name + " " + want.String(), expectReachable, func(d time.Duration) error {
-				rc, addrs, err := askResolver("udp4", t, labels(name), d)
+				rc, addrs, err := dnsquery.Ask("udp4", t, dnsquery.Labels(name), d)
 				if err != nil {
 					return err
 				}
@@ -181,18 +181,10 @@ func resolverAttempts(servers []netip.Addr, pinned map[string]netip.Addr, zone s
 	return out
 }
 
-func labels(name string) [][]byte {
-	var out [][]byte
-	for _, l := range strings.Split(name, ".") {
-		out = append(out, []byte(l))
-	}
-	return out
-}
-
 // refusedName is nil (a leak) when the server answers the name with
 // anything but REFUSED and no records.
 func refusedName(network, target string, name [][]byte, timeout time.Duration) error {
-	rc, addrs, err := askResolver(network, target, name, timeout)
+	rc, addrs, err := dnsquery.Ask(network, target, name, timeout)
 	if err != nil {
 		return err
 	}
@@ -200,84 +192,6 @@ func refusedName(network, target string, name [][]byte, timeout time.Duration) e
 		return errors.New("REFUSED")
 	}
 	return nil
-}
-
-// askResolver sends one A query for name's labels and returns the reply's
-// code and addresses.
-func askResolver(network, target string, name [][]byte, timeout time.Duration) (dnsmessage.RCode, []netip.Addr, error) {
-	c, err := net.DialTimeout(network, target, timeout)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, nil, err
-	}
-	var idb [2]byte
-	_, _ = rand.Read(idb[:])
-	id := binary.BigEndian.Uint16(idb[:])
-	q := binary.BigEndian.AppendUint16(nil, id)
-	q = append(q, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0) // RD, one question
-	for _, l := range name {
-		q = append(q, byte(len(l)))
-		q = append(q, l...)
-	}
-	q = append(q, 0, 0, 1, 0, 1) // root, type A, class IN
-	buf := make([]byte, 4096)
-	var reply []byte
-	if strings.HasPrefix(network, "tcp") {
-		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
-			return 0, nil, err
-		}
-		if _, err := io.ReadFull(c, buf[:2]); err != nil {
-			return 0, nil, err
-		}
-		n := int(binary.BigEndian.Uint16(buf))
-		if _, err := io.ReadFull(c, buf[:n]); err != nil {
-			return 0, nil, err
-		}
-		reply = buf[:n]
-	} else {
-		if _, err := c.Write(q); err != nil {
-			return 0, nil, err
-		}
-		n, err := c.Read(buf)
-		if err != nil {
-			return 0, nil, err
-		}
-		reply = buf[:n]
-	}
-	var p dnsmessage.Parser
-	h, err := p.Start(reply)
-	if err != nil || h.ID != id || !h.Response {
-		return 0, nil, fmt.Errorf("not a DNS answer: %s", hex.EncodeToString(reply[:min(len(reply), 16)]))
-	}
-	if err := p.SkipAllQuestions(); err != nil {
-		return 0, nil, err
-	}
-	var addrs []netip.Addr
-	for {
-		rh, err := p.AnswerHeader()
-		if errors.Is(err, dnsmessage.ErrSectionDone) {
-			break
-		}
-		if err != nil {
-			return h.RCode, addrs, err
-		}
-		if rh.Type != dnsmessage.TypeA {
-			if err := p.SkipAnswer(); err != nil {
-				return h.RCode, addrs, err
-			}
-			addrs = append(addrs, netip.Addr{}) // a record all the same
-			continue
-		}
-		a, err := p.AResource()
-		if err != nil {
-			return h.RCode, addrs, err
-		}
-		addrs = append(addrs, netip.AddrFrom4(a.A))
-	}
-	return h.RCode, addrs, nil
 }
 
 // resolverChecks reads this container's resolv.conf and hosts and plans

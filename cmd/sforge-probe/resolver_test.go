@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/internal/dnsquery"
 	"github.com/sforge-dev/netiso/resolver"
 )
 
@@ -83,17 +84,17 @@ func TestResolverChecksAgainstResolver(t *testing.T) {
 		}
 	}
 	d := 2 * time.Second
-	if _, addrs, err := askResolver("udp4", target, labels("judge.local"), d); err != nil || len(addrs) != 1 || addrs[0] != netip.MustParseAddr("10.0.0.12") {
+	if _, addrs, err := dnsquery.Ask("udp4", target, dnsquery.Labels("judge.local"), d); err != nil || len(addrs) != 1 || addrs[0] != netip.MustParseAddr("10.0.0.12") {
 		t.Fatalf("pinned: %v %v", addrs, err)
 	}
 	for _, network := range []string{"udp4", "tcp4"} {
-		for _, name := range [][][]byte{labels("x.tunnel.sforge-probe.invalid"), {{0, 0xff, ' '}, []byte("invalid")}} {
+		for _, name := range [][][]byte{dnsquery.Labels("x.tunnel.sforge-probe.invalid"), {{0, 0xff, ' '}, []byte("invalid")}} {
 			if err := refusedName(network, target, name, d); err == nil || err.Error() != "REFUSED" {
 				t.Fatalf("%s %q: want REFUSED, got %v", network, name, err)
 			}
 		}
 	}
-	if err := refusedName("udp4", target, labels("judge.local"), d); err != nil {
+	if err := refusedName("udp4", target, dnsquery.Labels("judge.local"), d); err != nil {
 		t.Fatalf("a pinned name answered must count as reachable, got %v", err)
 	}
 	st := s.Stats()

@@ -3,7 +3,6 @@ package testcluster
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sforge-dev/netiso/internal/dnsquery"
 	"github.com/sforge-dev/netiso/internal/testk8s"
 )
 
@@ -199,45 +199,9 @@ func (c *Cluster) startResolver(t testing.TB) error {
 func (j *Judge) Ask(network, server, name string) (dnsmessage.RCode, error) {
 	var rc dnsmessage.RCode
 	err := j.NetNS.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout(network, net.JoinHostPort(server, "53"), time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 0x51f0, RecursionDesired: true})
-		_ = b.StartQuestions()
-		n, err := dnsmessage.NewName(name + ".")
-		if err != nil {
-			return err
-		}
-		_ = b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
-		q, _ := b.Finish()
-		if strings.HasPrefix(network, "tcp") {
-			q = append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)
-		}
-		if _, err := c.Write(q); err != nil {
-			return err
-		}
-		buf := make([]byte, 1500)
-		got, err := c.Read(buf)
-		if err != nil {
-			return err
-		}
-		reply := buf[:got]
-		if strings.HasPrefix(network, "tcp") && len(reply) > 2 {
-			reply = reply[2:]
-		}
-		var p dnsmessage.Parser
-		h, err := p.Start(reply)
-		if err != nil {
-			return err
-		}
-		if !h.Response || h.ID != 0x51f0 {
-			return errors.New("not an answer to the query")
-		}
-		rc = h.RCode
-		return nil
+		var err error
+		rc, _, err = dnsquery.Ask(network, net.JoinHostPort(server, "53"), dnsquery.Labels(name), 2*time.Second)
+		return err
 	})
 	return rc, err
 }

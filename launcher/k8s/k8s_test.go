@@ -215,20 +215,26 @@ func TestRunIsolated(t *testing.T) {
 	c.leftovers(t)
 }
 
+// captureCreates copies the Pod and the policy as they reach the API
+// server into *pod and *np.
+func (c *cluster) captureCreates(pod **corev1.Pod, np **networkingv1.NetworkPolicy) {
+	c.cs.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		switch o := a.(k8stesting.CreateAction).GetObject().(type) {
+		case *corev1.Pod:
+			*pod = o.DeepCopy()
+		case *networkingv1.NetworkPolicy:
+			*np = o.DeepCopy()
+		}
+		return false, nil, nil
+	})
+}
+
 // TestObjects: the Pod and policy as they reach the API server.
 func TestObjects(t *testing.T) {
 	c := newCluster(corev1.PodStatus{Phase: corev1.PodPending})
 	var pod *corev1.Pod
 	var np *networkingv1.NetworkPolicy
-	c.cs.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		switch o := a.(k8stesting.CreateAction).GetObject().(type) {
-		case *corev1.Pod:
-			pod = o.DeepCopy()
-		case *networkingv1.NetworkPolicy:
-			np = o.DeepCopy()
-		}
-		return false, nil, nil
-	})
+	c.captureCreates(&pod, &np)
 	var owner []metav1.OwnerReference
 	c.cs.PrependReactor("delete", "networkpolicies", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		// Reactors run under the fake's lock: read the tracker directly.
@@ -547,15 +553,7 @@ func TestPodDNS(t *testing.T) {
 			c := newCluster(corev1.PodStatus{Phase: corev1.PodPending})
 			var pod *corev1.Pod
 			var np *networkingv1.NetworkPolicy
-			c.cs.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				switch o := a.(k8stesting.CreateAction).GetObject().(type) {
-				case *corev1.Pod:
-					pod = o.DeepCopy()
-				case *networkingv1.NetworkPolicy:
-					np = o.DeepCopy()
-				}
-				return false, nil, nil
-			})
+			c.captureCreates(&pod, &np)
 			p := plan(t, isoTask, launcher.Request{JudgeURL: "http://judge.example:8080", Timeout: 50 * time.Millisecond})
 			b, err := New(Options{Client: c.cs, Namespace: ns, DNSTo: tt.mode, PollInterval: 5 * time.Millisecond})
 			if err != nil {
