@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sforge-dev/netiso/launcher/agent"
 	"github.com/sforge-dev/netiso/proxy"
 )
 
@@ -24,6 +25,8 @@ type proxyOptions struct {
 	listen          string
 	apiKeyEnv       string
 	apiKeyHeader    string
+	agent           string
+	agentsConfig    string
 	allowFrom       []string
 	shutdownTimeout time.Duration
 
@@ -39,7 +42,7 @@ func newCmdProxy(s Streams) *cobra.Command { return newCmdProxyEnv(s, os.LookupE
 func newCmdProxyEnv(s Streams, lookupEnv func(string) (string, bool)) *cobra.Command {
 	o := &proxyOptions{lookupEnv: lookupEnv}
 	cmd := &cobra.Command{
-		Use:   "proxy --target URL --port N [--listen ADDR] [--api-key-env VAR] [--allow-from CIDR]...",
+		Use:   "proxy --target URL --port N [--listen ADDR] [--api-key-env VAR [--agent NAME | --api-key-header H]] [--allow-from CIDR]...",
 		Short: "Run a reverse proxy on the host to the AI API, for isolated containers",
 		Long: `Run a reverse proxy on this host that forwards every request to --target.
 
@@ -57,10 +60,14 @@ finish for up to --shutdown-timeout.
 
 API key. With --api-key-env VAR the proxy reads the real key from $VAR once,
 at start, and adds it to every upstream request, so the container never holds
-it (give the agent any placeholder key). The header is x-api-key for
-*.anthropic.com, x-goog-api-key for *.googleapis.com and
-"Authorization: Bearer KEY" for every other target; --api-key-header names
-another (Authorization gets "Bearer KEY", any other header the bare key).
+it (give the agent any placeholder key). The header is the one the agent
+sends its key in when --agent names it (claude-code: x-api-key, codex:
+Authorization, gemini-cli: x-goog-api-key, or a profile's api_key_header),
+which is right for a corporate gateway in front of that agent's API;
+otherwise x-api-key for *.anthropic.com, x-goog-api-key for *.googleapis.com
+and "Authorization: Bearer KEY" for every other target. --api-key-header
+names another (Authorization gets "Bearer KEY", any other header the bare
+key).
 Credentials the client sends (Authorization, x-api-key, x-goog-api-key,
 api-key) are removed first.
 
@@ -86,6 +93,10 @@ anyone who reaches the port would spend your key.`,
   SFORGE_AGENT_API_BASE_URL="http://host.docker.internal:9090" \
   sforge run --task ./task --agent claude-code --disable-internet
 
+  # A corporate gateway for Claude Code: the key goes where Claude Code sends it
+  sforge proxy --target https://llm-gw.corp.example --port 9090 \
+    --api-key-env ANTHROPIC_API_KEY --agent claude-code
+
   # An OpenAI-compatible gateway under a path, key in a custom header
   sforge proxy --target https://gw.example.com/openai --port 9091 \
     --api-key-env GW_KEY --api-key-header X-Gateway-Key`,
@@ -103,7 +114,9 @@ anyone who reaches the port would spend your key.`,
 	f.IntVar(&o.port, "port", 0, "port to listen on (required), e.g. 9090")
 	f.StringVar(&o.listen, "listen", "0.0.0.0", "IP address to listen on; the default (all) lets containers reach the proxy")
 	f.StringVar(&o.apiKeyEnv, "api-key-env", "", "environment variable holding the real API key, which the proxy adds upstream")
-	f.StringVar(&o.apiKeyHeader, "api-key-header", "", "header that carries the key (default: by target, see above)")
+	f.StringVar(&o.apiKeyHeader, "api-key-header", "", "header that carries the key (default: --agent's, else by target, see above)")
+	f.StringVar(&o.agent, "agent", "", "the agent the proxy serves: the key goes in the header it sends its key in")
+	f.StringVar(&o.agentsConfig, "agents-config", "", "agents config with more profiles for --agent (default ~/.config/sforge/agents.json)")
 	f.StringArrayVar(&o.allowFrom, "allow-from", nil, "client network (CIDR or address) allowed to use the proxy (repeatable; default: loopback and private networks)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "how long requests in flight may continue after SIGINT/SIGTERM")
 	return cmd
@@ -147,12 +160,31 @@ func (o *proxyOptions) complete(s Streams) error {
 	if o.apiKeyHeader != "" && o.apiKeyEnv == "" {
 		return fmt.Errorf("--api-key-header needs --api-key-env (the variable that holds the key)")
 	}
+	if o.agent != "" && o.apiKeyEnv == "" {
+		return fmt.Errorf("--agent chooses the header of the key the proxy adds: it needs --api-key-env (the variable that holds the key)")
+	}
+	if o.agent != "" && o.apiKeyHeader != "" {
+		return fmt.Errorf("--agent and --api-key-header both choose the key's header: give one")
+	}
 	if o.apiKeyEnv != "" {
 		if o.cfg.APIKey, err = proxy.APIKeyFromEnv(o.apiKeyEnv, o.lookupEnv); err != nil {
 			return err
 		}
 		if o.apiKeyHeader != "" {
 			if o.cfg.APIKeyHeader, err = proxy.ParseAPIKeyHeader("--api-key-header", o.apiKeyHeader); err != nil {
+				return err
+			}
+		}
+		if o.agent != "" {
+			getenv := func(k string) string { v, _ := o.lookupEnv(k); return v }
+			prof, err := agent.Find(o.agent, o.agentsConfig, getenv)
+			if err != nil {
+				return err
+			}
+			if prof.APIKeyHeader == "" {
+				return fmt.Errorf("--agent %s: its profile names no api_key_header; use --api-key-header", o.agent)
+			}
+			if o.cfg.APIKeyHeader, err = proxy.ParseAPIKeyHeader("--agent "+o.agent, prof.APIKeyHeader); err != nil {
 				return err
 			}
 		}

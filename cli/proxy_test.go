@@ -56,6 +56,10 @@ func TestProxyFlagErrors(t *testing.T) {
 		{with("--api-key-header", "x-api-key"), "--api-key-header needs --api-key-env (the variable that holds the key)"},
 		{with("--api-key-env", "KEY", "--api-key-header", "x api"), `--api-key-header "x api": not a valid header name`},
 		{with("--api-key-env", "KEY", "--api-key-header", "Host"), `--api-key-header "Host": a hop-by-hop or framing header cannot carry the key`},
+		{with("--agent", "claude-code"), "--agent chooses the header of the key the proxy adds: it needs --api-key-env"},
+		{with("--api-key-env", "KEY", "--agent", "claude-code", "--api-key-header", "x-api-key"), "--agent and --api-key-header both choose the key's header: give one"},
+		{with("--api-key-env", "KEY", "--agent", "aider"), `--agent "aider": unknown agent (known: claude-code, codex, command, gemini-cli`},
+		{with("--api-key-env", "KEY", "--agent", "command"), "--agent command: its profile names no api_key_header; use --api-key-header"},
 		{with("--allow-from", "172.17.0.1/16"), `--allow-from "172.17.0.1/16": network has host bits set (did you mean 172.17.0.0/16?)`},
 		{with("--allow-from", "10.0.0.0/8", "--allow-from", "docker0"), `--allow-from "docker0": want a CIDR such as 172.17.0.0/16 or an address`},
 		{with("--shutdown-timeout", "0s"), "--shutdown-timeout must be positive, got 0s"},
@@ -99,6 +103,14 @@ func TestProxyPortInUse(t *testing.T) {
 // target's path with the key from the environment, logs, and returns nil
 // once its context ends.
 func TestProxyCommandServes(t *testing.T) {
+	// The key's header given, or the agent's (a gateway's name says
+	// nothing about it).
+	for _, header := range [][]string{{"--api-key-header", "x-api-key"}, {"--agent", "claude-code"}} {
+		t.Run(strings.Join(header, " "), func(t *testing.T) { testProxyCommandServes(t, header) })
+	}
+}
+
+func testProxyCommandServes(t *testing.T, header []string) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s %s key=%s", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
 	}))
@@ -114,8 +126,8 @@ func TestProxyCommandServes(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- runProxyCmd(ctx, out, "--target", up.URL+"/base", "--listen", "127.0.0.1", "--port", fmt.Sprint(port),
-			"--api-key-env", "KEY", "--api-key-header", "x-api-key", "--allow-from", "127.0.0.0/8")
+		done <- runProxyCmd(ctx, out, append([]string{"--target", up.URL + "/base", "--listen", "127.0.0.1", "--port", fmt.Sprint(port),
+			"--api-key-env", "KEY", "--allow-from", "127.0.0.0/8"}, header...)...)
 	}()
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", port)
 	var resp *http.Response

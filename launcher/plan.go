@@ -170,17 +170,13 @@ func NewPlan(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfgPath, explicit := req.AgentsConfig, req.AgentsConfig != ""
-	if !explicit {
-		cfgPath = agent.DefaultConfigPath(getenv)
-	}
-	extra, err := agent.LoadConfig(cfgPath, explicit)
-	if err != nil {
-		return nil, err
-	}
-	prof, err := agent.NewRegistry(extra).Get(req.Agent)
-	if err != nil {
+	prof, err := agent.Find(req.Agent, req.AgentsConfig, getenv)
+	var unknown *agent.UnknownError
+	switch {
+	case errors.As(err, &unknown):
 		return nil, usagef("%v", err)
+	case err != nil:
+		return nil, err
 	}
 
 	p := &Plan{Task: t, Agent: prof, APIProxy: req.APIProxy}
@@ -290,11 +286,32 @@ func NewPlan(req Request) (*Plan, error) {
 		return nil, err
 	}
 	if req.APIKeyEnv != "" {
-		// The proxy holds the key; the agent gets none.
-		delete(p.Env, req.APIKeyEnv)
+		p.withholdKey()
 	}
 	p.Name = workloadName(t.Name)
 	return p, nil
+}
+
+// KeyPlaceholder is the API key an agent gets when the proxy holds the
+// real one: agents refuse to start without a key, and the proxy replaces
+// whatever key the agent sends.
+const KeyPlaceholder = "sforge-proxy-holds-the-key"
+
+// withholdKey keeps the real key (which the proxy holds) out
+// of the container under any name, and gives the agent a placeholder in
+// the variable it reads its key from, unless the task or --env set one.
+func (p *Plan) withholdKey() {
+	for k, v := range p.Env {
+		if v == p.proxyKey {
+			delete(p.Env, k)
+		}
+	}
+	if p.Agent.APIKeyEnv == "" {
+		return
+	}
+	if _, ok := p.Env[p.Agent.APIKeyEnv]; !ok {
+		p.Env[p.Agent.APIKeyEnv] = KeyPlaceholder
+	}
 }
 
 // buildEnv assembles the agent's environment. Later layers win: profile

@@ -41,6 +41,10 @@ type Profile struct {
 	// APIKeyHeader is the header the agent sends its key in; the
 	// in-process proxy (--api-proxy --api-key-env) puts the real key there.
 	APIKeyHeader string `json:"api_key_header,omitempty"`
+	// APIKeyEnv is the variable the agent reads its key from. When a
+	// proxy holds the real key, the agent gets a placeholder there: it
+	// refuses to start without a key.
+	APIKeyEnv string `json:"api_key_env,omitempty"`
 	// PassEnv names variables copied from the caller's environment when
 	// they are set there (API keys: never written into a task).
 	PassEnv []string `json:"pass_env,omitempty"`
@@ -70,6 +74,7 @@ var builtins = map[string]Profile{
 		Command:      []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
 		Env:          map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
 		APIKeyHeader: "X-Api-Key",
+		APIKeyEnv:    "ANTHROPIC_API_KEY",
 		PassEnv:      []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
 	},
 	"codex": {
@@ -82,6 +87,8 @@ var builtins = map[string]Profile{
 		Command:      []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", QueryPlaceholder},
 		PassEnv:      []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
 		APIKeyHeader: "Authorization",
+		// `codex exec` authenticates with CODEX_API_KEY only.
+		APIKeyEnv: "CODEX_API_KEY",
 	},
 	"gemini-cli": {
 		Name:         "gemini-cli",
@@ -90,6 +97,7 @@ var builtins = map[string]Profile{
 		Command:      []string{"gemini", "--yolo", "-p", QueryPlaceholder},
 		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
 		APIKeyHeader: "X-Goog-Api-Key",
+		APIKeyEnv:    "GEMINI_API_KEY",
 	},
 	Generic: {
 		Name: Generic,
@@ -133,14 +141,20 @@ func NewRegistry(extra map[string]Profile) *Registry {
 // Names lists the known agents, sorted.
 func (r *Registry) Names() []string { return slices.Sorted(maps.Keys(r.profiles)) }
 
-// Get finds a profile by name; the error lists the known ones.
+// UnknownError says that --agent names no known agent.
+type UnknownError struct{ msg string }
+
+func (e *UnknownError) Error() string { return e.msg }
+
+// Get finds a profile by name; the error (an *UnknownError) lists the
+// known ones.
 func (r *Registry) Get(name string) (Profile, error) {
 	if name == "" {
-		return Profile{}, fmt.Errorf("--agent is required (one of: %s)", strings.Join(r.Names(), ", "))
+		return Profile{}, &UnknownError{fmt.Sprintf("--agent is required (one of: %s)", strings.Join(r.Names(), ", "))}
 	}
 	p, ok := r.profiles[name]
 	if !ok {
-		return Profile{}, fmt.Errorf("--agent %q: unknown agent (known: %s; add more with --agents-config)", name, strings.Join(r.Names(), ", "))
+		return Profile{}, &UnknownError{fmt.Sprintf("--agent %q: unknown agent (known: %s; add more with --agents-config)", name, strings.Join(r.Names(), ", "))}
 	}
 	return clone(map[string]Profile{name: p})[name], nil
 }

@@ -48,6 +48,21 @@ func DefaultConfigPath(getenv func(string) string) string {
 	return filepath.Join(base, "sforge", ConfigFileName)
 }
 
+// Find returns the profile name among the built-ins and the agents config:
+// the file at configPath, or, when that is empty, the default one (which
+// may be absent).
+func Find(name, configPath string, getenv func(string) string) (Profile, error) {
+	explicit := configPath != ""
+	if !explicit {
+		configPath = DefaultConfigPath(getenv)
+	}
+	extra, err := LoadConfig(configPath, explicit)
+	if err != nil {
+		return Profile{}, err
+	}
+	return NewRegistry(extra).Get(name)
+}
+
 // LoadConfig reads extra profiles from path. When explicit is false (the
 // default location) a missing file is no error.
 //
@@ -88,6 +103,7 @@ type rawProfile struct {
 	Env        map[string]string `json:"env"`
 	PassEnv    []string          `json:"pass_env"`
 	KeyHeader  *string           `json:"api_key_header"`
+	KeyEnv     *string           `json:"api_key_env"`
 }
 
 // ParseConfig validates an agents config strictly: unknown fields, wrong
@@ -115,7 +131,7 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 			return nil, fail(field, "%q is the generic agent; its argv comes from the task or after --", Generic)
 		}
 		var rp rawProfile
-		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header"); err != nil {
+		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header, api_key_env"); err != nil {
 			return nil, err
 		}
 		p := Profile{Name: name, Command: rp.Command, Env: rp.Env, PassEnv: rp.PassEnv, Source: file}
@@ -124,6 +140,12 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 				return nil, fail(field+".api_key_header", "%q is not a valid HTTP header name", *rp.KeyHeader)
 			}
 			p.APIKeyHeader = *rp.KeyHeader
+		}
+		if rp.KeyEnv != nil {
+			if !ValidEnvName(*rp.KeyEnv) {
+				return nil, fail(field+".api_key_env", "%q is not a valid variable name", *rp.KeyEnv)
+			}
+			p.APIKeyEnv = *rp.KeyEnv
 		}
 		if len(p.Command) == 0 || p.Command[0] == "" {
 			return nil, fail(field+".command", `is required: the argv that runs the agent, e.g. ["aider", "--message", "{query}"]`)
