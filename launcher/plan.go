@@ -110,6 +110,8 @@ type Plan struct {
 
 	judge, api *policy.Target
 	proxyKey   string
+	// argvTemplate is Argv before the query and base URL went in.
+	argvTemplate []string
 }
 
 // UsageError is a mistake on the command line; the CLI exits with 2.
@@ -280,7 +282,8 @@ func NewPlan(req Request) (*Plan, error) {
 	if p.Isolated {
 		p.Query = strings.TrimRight(p.Query, "\n") + "\n\n" + NetworkNotice
 	}
-	p.Argv = agent.Profile{Command: p.Argv}.Argv(p.Query)
+	p.argvTemplate = p.Argv
+	p.Argv = agent.Profile{Command: p.argvTemplate}.Argv(p.Query, p.APIBaseURL)
 
 	if err := p.buildEnv(req.Env, lookup); err != nil {
 		return nil, err
@@ -383,6 +386,7 @@ func (p *Plan) setAPIEnv() {
 	if p.APIBaseURL == "" {
 		return
 	}
+	p.Argv = agent.Profile{Command: p.argvTemplate}.Argv(p.Query, p.APIBaseURL)
 	p.Env[EnvAPIBaseURL] = p.APIBaseURL
 	if p.Agent.BaseURLEnv != "" {
 		p.Env[p.Agent.BaseURLEnv] = p.APIBaseURL

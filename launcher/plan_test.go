@@ -88,13 +88,14 @@ func TestNewPlanIsolated(t *testing.T) {
 		t.Fatalf("argv %q", p.Argv)
 	}
 	wantEnv := map[string]string{
-		"ANTHROPIC_API_KEY":         "sk-test",
-		"ANTHROPIC_BASE_URL":        "https://api.anthropic.com",
-		"SFORGE_AGENT_API_BASE_URL": "https://api.anthropic.com",
-		"SFORGE_AGENT_QUERY":        wantQuery,
-		"SFORGE_JUDGE_URL":          "http://judge.example:8080",
-		"IS_SANDBOX":                "1",
-		"DISABLE_AUTOUPDATER":       "1",
+		"ANTHROPIC_API_KEY":                        "sk-test",
+		"ANTHROPIC_BASE_URL":                       "https://api.anthropic.com",
+		"SFORGE_AGENT_API_BASE_URL":                "https://api.anthropic.com",
+		"SFORGE_AGENT_QUERY":                       wantQuery,
+		"SFORGE_JUDGE_URL":                         "http://judge.example:8080",
+		"IS_SANDBOX":                               "1",
+		"DISABLE_AUTOUPDATER":                      "1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 	}
 	if !reflect.DeepEqual(p.Env, wantEnv) {
 		t.Fatalf("env\n got %v\nwant %v", p.Env, wantEnv)
@@ -286,5 +287,34 @@ func TestEnvList(t *testing.T) {
 	p := &Plan{Env: map[string]string{"B": "2", "A": "1=x"}}
 	if got := p.EnvList(); !slices.Equal(got, []string{"A=1=x", "B=2"}) {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestNewPlanCodexBaseURL: Codex takes its base URL only on the command
+// line; the argv follows the effective URL, also once the in-process proxy
+// takes the API's place.
+func TestNewPlanCodexBaseURL(t *testing.T) {
+	dir := writeTask(t, `{"name":"t","image":"i","agent_query":"q","internet":false}`)
+	p, err := NewPlan(Request{TaskPath: dir, Agent: "codex", JudgeURL: "http://10.0.0.12:8080",
+		LookupEnv: env(t, EnvAPIBaseURL, "http://10.0.0.9:9000/v1", "CODEX_API_KEY", "sk-codex")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(p.Argv, "openai_base_url=http://10.0.0.9:9000/v1") || p.Env["OPENAI_BASE_URL"] != "http://10.0.0.9:9000/v1" {
+		t.Errorf("argv %q, OPENAI_BASE_URL %q: want the effective URL in both", p.Argv, p.Env["OPENAI_BASE_URL"])
+	}
+	p, err = NewPlan(Request{TaskPath: dir, Agent: "codex", JudgeURL: "http://10.0.0.12:8080", APIProxy: true, APIKeyEnv: "CODEX_API_KEY",
+		LookupEnv: env(t, EnvAPIBaseURL, "http://10.0.0.9:9000/v1", "CODEX_API_KEY", "sk-codex")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.UseProxy("http://host.docker.internal:4321"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(p.Argv, "openai_base_url=http://host.docker.internal:4321") {
+		t.Errorf("argv %q: want the proxy's URL", p.Argv)
+	}
+	if p.Env["CODEX_API_KEY"] != KeyPlaceholder {
+		t.Errorf("CODEX_API_KEY=%q in the container, want the placeholder", p.Env["CODEX_API_KEY"])
 	}
 }

@@ -20,6 +20,11 @@ import (
 // QueryPlaceholder in an argv element is replaced by the agent query.
 const QueryPlaceholder = "{query}"
 
+// BaseURLPlaceholder in an argv element is replaced by the agent's
+// effective API base URL, for agents that take it only on the command
+// line (Codex's `-c openai_base_url=...`).
+const BaseURLPlaceholder = "{api_base_url}"
+
 // Generic is the name of the agent whose argv is given by the task's
 // "command" field or after `--` on the command line.
 const Generic = "command"
@@ -52,11 +57,12 @@ type Profile struct {
 	Source string `json:"source"`
 }
 
-// Argv returns the command with the query substituted.
-func (p Profile) Argv(query string) []string {
+// Argv returns the command with the base URL, then the query, substituted
+// (a query holding BaseURLPlaceholder keeps it).
+func (p Profile) Argv(query, baseURL string) []string {
 	out := make([]string, len(p.Command))
 	for i, a := range p.Command {
-		out[i] = strings.ReplaceAll(a, QueryPlaceholder, query)
+		out[i] = strings.ReplaceAll(strings.ReplaceAll(a, BaseURLPlaceholder, baseURL), QueryPlaceholder, query)
 	}
 	return out
 }
@@ -68,11 +74,12 @@ func (p Profile) Argv(query string) []string {
 // in one, and the agent is root in its container.
 var builtins = map[string]Profile{
 	"claude-code": {
-		Name:         "claude-code",
-		APIBaseURL:   "https://api.anthropic.com",
-		BaseURLEnv:   "ANTHROPIC_BASE_URL",
-		Command:      []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
-		Env:          map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
+		Name:       "claude-code",
+		APIBaseURL: "https://api.anthropic.com",
+		BaseURLEnv: "ANTHROPIC_BASE_URL",
+		Command:    []string{"claude", "-p", "--dangerously-skip-permissions", QueryPlaceholder},
+		// No update checks, telemetry or error reports: only the API.
+		Env:          map[string]string{"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
 		APIKeyHeader: "X-Api-Key",
 		APIKeyEnv:    "ANTHROPIC_API_KEY",
 		PassEnv:      []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
@@ -84,17 +91,26 @@ var builtins = map[string]Profile{
 		// codex's own landlock/seccomp sandbox often cannot start inside a
 		// container; the container is the sandbox. The workspace need not
 		// be a git repository.
-		Command:      []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", QueryPlaceholder},
+		// It reads its base URL from the config key openai_base_url
+		// only (OPENAI_BASE_URL is set for older releases).
+		Command: []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+			"-c", "openai_base_url=" + BaseURLPlaceholder, QueryPlaceholder},
 		PassEnv:      []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
 		APIKeyHeader: "Authorization",
 		// `codex exec` authenticates with CODEX_API_KEY only.
 		APIKeyEnv: "CODEX_API_KEY",
 	},
 	"gemini-cli": {
-		Name:         "gemini-cli",
-		APIBaseURL:   "https://generativelanguage.googleapis.com",
-		BaseURLEnv:   "GOOGLE_GEMINI_BASE_URL",
-		Command:      []string{"gemini", "--yolo", "-p", QueryPlaceholder},
+		Name:       "gemini-cli",
+		APIBaseURL: "https://generativelanguage.googleapis.com",
+		BaseURLEnv: "GOOGLE_GEMINI_BASE_URL",
+		// With GOOGLE_GEMINI_BASE_URL set, Gemini CLI picks its "gateway"
+		// auth, which headless mode refuses; a settings file of its own
+		// (GEMINI_CLI_HOME, away from the image's settings) selects the
+		// API key, which honours the base URL, and turns usage statistics
+		// off. The query is $1, never part of the script.
+		Command:      []string{"sh", "-c", geminiScript, "sforge-gemini", QueryPlaceholder},
+		Env:          map[string]string{"GEMINI_CLI_TRUST_WORKSPACE": "true"},
 		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
 		APIKeyHeader: "X-Goog-Api-Key",
 		APIKeyEnv:    "GEMINI_API_KEY",
@@ -103,6 +119,11 @@ var builtins = map[string]Profile{
 		Name: Generic,
 	},
 }
+
+const geminiScript = `h="${GEMINI_CLI_HOME:-${HOME:-/root}/.sforge-gemini}"; ` +
+	`mkdir -p "$h/.gemini" && ` +
+	`printf '%s\n' '{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}' > "$h/.gemini/settings.json" && ` +
+	`GEMINI_CLI_HOME="$h" exec gemini --yolo -p "$1"`
 
 func init() {
 	for name, p := range builtins {

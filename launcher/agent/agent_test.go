@@ -2,8 +2,10 @@ package agent
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +17,8 @@ func TestBuiltins(t *testing.T) {
 	want := map[string]struct{ url, env, bin string }{
 		"claude-code": {"https://api.anthropic.com", "ANTHROPIC_BASE_URL", "claude"},
 		"codex":       {"https://api.openai.com/v1", "OPENAI_BASE_URL", "codex"},
-		"gemini-cli":  {"https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL", "gemini"},
+		// Through sh, which writes its settings (see the profile).
+		"gemini-cli": {"https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL", "sh"},
 	}
 	for name, w := range want {
 		p, err := r.Get(name)
@@ -28,9 +31,15 @@ func TestBuiltins(t *testing.T) {
 		if _, err := policy.ParseTarget(name, p.APIBaseURL); err != nil {
 			t.Errorf("%s: default URL does not parse: %v", name, err)
 		}
-		argv := p.Argv("fix the bug")
+		argv := p.Argv("fix the bug", "http://gw.example:9090/v1")
 		if argv[len(argv)-1] != "fix the bug" {
 			t.Errorf("%s: query not last in %q", name, argv)
+		}
+		if name == "codex" && !slices.Contains(argv, "openai_base_url=http://gw.example:9090/v1") {
+			t.Errorf("codex: the base URL is not in %q (it reads only the config key)", argv)
+		}
+		if p.APIKeyEnv == "" {
+			t.Errorf("%s: no api_key_env: a proxy holding the key could not give it a placeholder", name)
 		}
 	}
 	if got := r.Names(); !reflect.DeepEqual(got, []string{"claude-code", "codex", "command", "gemini-cli"}) {
@@ -58,9 +67,9 @@ func TestGetErrors(t *testing.T) {
 }
 
 func TestArgvPlaceholderInsideElement(t *testing.T) {
-	p := Profile{Command: []string{"aider", "--message={query}", "--", "{query}"}}
-	got := p.Argv(`a "quoted"; $(rm -rf /) query`)
-	want := []string{"aider", `--message=a "quoted"; $(rm -rf /) query`, "--", `a "quoted"; $(rm -rf /) query`}
+	p := Profile{Command: []string{"aider", "--message={query}", "--base={api_base_url}", "--", "{query}"}}
+	got := p.Argv(`a "quoted"; $(rm -rf /) query {api_base_url}`, "http://gw:1")
+	want := []string{"aider", `--message=a "quoted"; $(rm -rf /) query {api_base_url}`, "--base=http://gw:1", "--", `a "quoted"; $(rm -rf /) query {api_base_url}`}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q", got)
 	}
@@ -160,5 +169,39 @@ func TestDefaultConfigPath(t *testing.T) {
 		if got := DefaultConfigPath(env(tt.env)); got != tt.want {
 			t.Errorf("%v: got %q, want %q", tt.env, got, tt.want)
 		}
+	}
+}
+
+// TestGeminiScript runs the gemini-cli profile's argv under the real sh
+// with a stand-in gemini: it writes the settings that select the API key,
+// in a home of its own, and passes the query as one argument, never as
+// script.
+func TestGeminiScript(t *testing.T) {
+	bin, home := t.TempDir(), t.TempDir()
+	fake := "#!/bin/sh\necho \"home=$GEMINI_CLI_HOME\"\ncat \"$GEMINI_CLI_HOME/.gemini/settings.json\"\nprintf 'arg=%s\\n' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "gemini"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewRegistry(nil).Get("gemini-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := `fix it"; touch pwned; echo "$(id)`
+	argv := p.Argv(query, "http://gw:1")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + home}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "home=" + home + "/.sforge-gemini\n" +
+		`{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}` + "\n" +
+		"arg=--yolo\narg=-p\narg=" + query + "\n"
+	if string(out) != want {
+		t.Errorf("output\n%s\nwant\n%s", out, want)
+	}
+	if _, err := os.Stat(filepath.Join(home, "pwned")); err == nil {
+		t.Error("the query ran as shell code")
 	}
 }
