@@ -65,6 +65,31 @@ func TestLauncherDocker(t *testing.T) {
 		e.requireNoContainers(t)
 	})
 
+	// The agent's requirements are looked for in the image before the
+	// container starts: busybox has neither claude nor bash; an image
+	// that has both (a stand-in claude) runs it.
+	t.Run("agent requirements", func(t *testing.T) {
+		dir := t.TempDir()
+		write := func(task string) {
+			if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(`{"name":"needs-claude","image":"` + exampleImage + `","agent_query":"hello"}`)
+		code, out, errOut := e.run(t, nil, "--task", dir, "--agent", "claude-code", "--enable-internet")
+		if code == 0 || !strings.Contains(errOut, "image "+exampleImage+" lacks claude, bash, which agent claude-code needs (it requires claude, bash)") || strings.Contains(out, "hello") {
+			t.Errorf("exit %d\nstdout %q\nstderr %q: want a refusal naming claude and bash", code, out, errOut)
+		}
+		e.requireNoContainers(t)
+		write(`{"name":"has-claude","image":"` + exampleImage + `","agent_query":"hello","setup_cmds":[` +
+			`"mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho stand-in claude: \"$*\"\\n' > /usr/local/bin/claude && chmod +x /usr/local/bin/claude && ln -s /bin/sh /bin/bash"]}`)
+		code, out, errOut = e.run(t, nil, "--task", dir, "--agent", "claude-code", "--enable-internet")
+		if code != 0 || !strings.Contains(out, "stand-in claude: -p --dangerously-skip-permissions hello") {
+			t.Errorf("exit %d\nstdout %q\nstderr %q: want the stand-in claude run", code, out, errOut)
+		}
+		e.requireNoContainers(t)
+	})
+
 	t.Run("timeout kills the agent", func(t *testing.T) {
 		start := time.Now()
 		code, out, errOut := e.run(t, nil, "--task", example, "--agent", "command", "--enable-internet", "--timeout", "3s",

@@ -53,6 +53,10 @@ type Profile struct {
 	// PassEnv names variables copied from the caller's environment when
 	// they are set there (API keys: never written into a task).
 	PassEnv []string `json:"pass_env,omitempty"`
+	// Requires are what the image must hold for the agent to run:
+	// programs looked up in the container's PATH, or absolute paths.
+	// Checked before the container starts where the backend can.
+	Requires []string `json:"requires,omitempty"`
 	// Source says where the profile came from: "built-in" or a file.
 	Source string `json:"source"`
 }
@@ -83,6 +87,8 @@ var builtins = map[string]Profile{
 		APIKeyHeader: "X-Api-Key",
 		APIKeyEnv:    "ANTHROPIC_API_KEY",
 		PassEnv:      []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_MODEL"},
+		// Its shell tool runs bash (or zsh); busybox sh is refused.
+		Requires: []string{"claude", "bash"},
 	},
 	"codex": {
 		Name:       "codex",
@@ -99,6 +105,8 @@ var builtins = map[string]Profile{
 		APIKeyHeader: "Authorization",
 		// `codex exec` authenticates with CODEX_API_KEY only.
 		APIKeyEnv: "CODEX_API_KEY",
+		// npm's codex is a node launcher of the native binary.
+		Requires: []string{"codex", "node"},
 	},
 	"gemini-cli": {
 		Name:       "gemini-cli",
@@ -114,6 +122,7 @@ var builtins = map[string]Profile{
 		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
 		APIKeyHeader: "X-Goog-Api-Key",
 		APIKeyEnv:    "GEMINI_API_KEY",
+		Requires:     []string{"sh", "gemini", "node"},
 	},
 	Generic: {
 		Name: Generic,
@@ -141,6 +150,7 @@ func clone(m map[string]Profile) map[string]Profile {
 		p.Command = slices.Clone(p.Command)
 		p.Env = maps.Clone(p.Env)
 		p.PassEnv = slices.Clone(p.PassEnv)
+		p.Requires = slices.Clone(p.Requires)
 		out[k] = p
 	}
 	return out

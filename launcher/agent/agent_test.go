@@ -110,7 +110,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"agents": {"x": {"command": ["x"]}}} x`, `agents.json: unexpected data after the JSON object`},
 		{`{}`, `agents.json: field "agents": is required`},
 		{`{"agent": {}}`, `agents.json: field "agent": unknown field (the file has only: agents)`},
-		{`{"agents": {"x": {"command": ["x"], "cmd": ["y"]}}}`, `agents.json: field "agents.x.cmd": unknown field (a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header, api_key_env)`},
+		{`{"agents": {"x": {"command": ["x"], "cmd": ["y"]}}}`, `agents.json: field "agents.x.cmd": unknown field (a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header, api_key_env, requires)`},
 		{`{"agents": {"x": {"command": "x"}}}`, `agents.json: field "agents.x.command": want an array of strings, got a JSON string`},
 		{`{"agents": {"x": {"command": ["x", 1]}}}`, `agents.json: field "agents.x.command": want a string, got a JSON number`},
 		{`{"agents": {"x": {"command": ["x"], "env": {"A": 1}}}}`, `agents.json: field "agents.x.env": want a string, got a JSON number`},

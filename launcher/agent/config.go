@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -104,6 +105,7 @@ type rawProfile struct {
 	PassEnv    []string          `json:"pass_env"`
 	KeyHeader  *string           `json:"api_key_header"`
 	KeyEnv     *string           `json:"api_key_env"`
+	Requires   []string          `json:"requires"`
 }
 
 // ParseConfig validates an agents config strictly: unknown fields, wrong
@@ -131,7 +133,7 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 			return nil, fail(field, "%q is the generic agent; its argv comes from the task or after --", Generic)
 		}
 		var rp rawProfile
-		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header, api_key_env"); err != nil {
+		if err := decodeStrict(file, field, raw, &rp, "a profile has: api_base_url, base_url_env, command, env, pass_env, api_key_header, api_key_env, requires"); err != nil {
 			return nil, err
 		}
 		p := Profile{Name: name, Command: rp.Command, Env: rp.Env, PassEnv: rp.PassEnv, Source: file}
@@ -167,6 +169,12 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 				return nil, fail(field+".env."+k, "is not a valid variable name")
 			}
 		}
+		for i, r := range rp.Requires {
+			if !validRequirement(r) {
+				return nil, fail(fmt.Sprintf("%s.requires[%d]", field, i), "%q is neither a program name nor an absolute path", r)
+			}
+		}
+		p.Requires = rp.Requires
 		for i, k := range p.PassEnv {
 			if !ValidEnvName(k) {
 				return nil, fail(fmt.Sprintf("%s.pass_env[%d]", field, i), "%q is not a valid variable name", k)
@@ -175,6 +183,18 @@ func ParseConfig(file string, data []byte) (map[string]Profile, error) {
 		out[name] = p
 	}
 	return out, nil
+}
+
+// validRequirement accepts a program name (no '/') or a clean absolute
+// path, printable, at most 255 bytes.
+func validRequirement(r string) bool {
+	if r == "" || len(r) > 255 || strings.ContainsFunc(r, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return false
+	}
+	if strings.HasPrefix(r, "/") {
+		return path.Clean(r) == r
+	}
+	return !strings.Contains(r, "/") && r != "." && r != ".."
 }
 
 // decodeStrict decodes one JSON value into v, refusing unknown fields and

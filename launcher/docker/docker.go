@@ -236,6 +236,13 @@ func (b *Backend) Start(ctx context.Context, p *launcher.Plan, stdout, stderr io
 	b.mu.Lock()
 	b.id = created.ID
 	b.mu.Unlock()
+	warning, err := b.checkRequires(ctx, created.ID, p, cfg.Env)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		fmt.Fprintf(stderr, "sforge: warning: %s\n", warning)
+	}
 
 	hj, err := b.api.ContainerAttach(ctx, created.ID, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {

@@ -140,7 +140,8 @@ func TestContainerConfigByAPIVersion(t *testing.T) {
 }
 
 // TestCallOrder: wait is registered and output attached before start, so
-// neither the exit code nor early output can be missed.
+// neither the exit code nor early output can be missed; the agent's
+// requirements are looked for (in the image's PATH) before either.
 func TestCallOrder(t *testing.T) {
 	f := newFake("1.41")
 	f.images["busybox:1"] = true
@@ -149,10 +150,35 @@ func TestCallOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"NegotiateAPIVersion", "Info", "NetworkInspect bridge", "ImageInspect busybox:1",
-		"ContainerCreate " + p.Name, "ContainerAttach c0ffee", "ContainerWait c0ffee next-exit", "ContainerStart c0ffee",
+		"ContainerCreate " + p.Name, "ImageInspect busybox:1", "ContainerAttach c0ffee", "ContainerWait c0ffee next-exit", "ContainerStart c0ffee",
 		"ContainerRemove c0ffee", "Close"}
 	if got := f.Calls(); !slices.Equal(got, want) {
 		t.Fatalf("calls\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestRequires: an image that lacks what the agent needs is refused
+// before the container starts, naming what is missing, and the container
+// is removed; a daemon that cannot tell only warns.
+func TestRequires(t *testing.T) {
+	f := newFake("1.41")
+	f.images["busybox:1"] = true
+	f.files = map[string]bool{"/usr/local/bin/claude": true}
+	p := plan(t, simpleTask, launcher.Request{EnableInternet: true})
+	_, errOut, err := launch(t, f, p)
+	if err == nil || !strings.Contains(err.Error(), "image busybox:1 lacks bash, which agent claude-code needs (it requires claude, bash); install it in the image") {
+		t.Fatalf("err %v", err)
+	}
+	calls := f.Calls()
+	if slices.Contains(calls, "ContainerStart c0ffee") || !slices.Contains(calls, "ContainerRemove c0ffee") {
+		t.Errorf("calls %q: want the container removed, never started", calls)
+	}
+	f = newFake("1.41")
+	f.images["busybox:1"] = true
+	f.statErr = errors.New("page not found")
+	p = plan(t, simpleTask, launcher.Request{EnableInternet: true})
+	if _, errOut, err = launch(t, f, p); err != nil || !strings.Contains(errOut, "sforge: warning: claude could not be looked for in the image (page not found)") {
+		t.Errorf("err %v, stderr %q: want a warning and the run", err, errOut)
 	}
 }
 

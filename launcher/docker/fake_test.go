@@ -52,6 +52,10 @@ type fakeAPI struct {
 	block      chan struct{} // when set, the container runs until closed
 	removed    []string
 	removeErr  error
+	// files are the paths the container's filesystem has (nil: all of
+	// them); stats are not recorded as calls.
+	files   map[string]bool
+	statErr error
 }
 
 func newFake(version string) *fakeAPI {
@@ -192,6 +196,18 @@ func (f *fakeAPI) ContainerWait(ctx context.Context, id string, cond container.W
 func (f *fakeAPI) CopyToContainer(_ context.Context, id, dst string, _ io.Reader, _ container.CopyToContainerOptions) error {
 	f.record("CopyToContainer " + id + " " + dst)
 	return nil
+}
+
+func (f *fakeAPI) ContainerStatPath(_ context.Context, _, p string) (container.PathStat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.statErr != nil:
+		return container.PathStat{}, f.statErr
+	case f.files == nil || f.files[p]:
+		return container.PathStat{Name: p, Mode: 0o755}, nil
+	}
+	return container.PathStat{}, notFound{p}
 }
 
 func (f *fakeAPI) ContainerStart(_ context.Context, id string, _ container.StartOptions) error {

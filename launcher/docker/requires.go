@@ -1,0 +1,104 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+
+	"github.com/sforge-dev/netiso/launcher"
+)
+
+// defaultPath is the PATH of a container whose image sets none (Docker's).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// checkRequires looks, in the created container's filesystem, for what
+// the agent's profile requires, before anything runs there. A missing
+// requirement is an error naming it and the image; a daemon that cannot
+// tell is not.
+func (b *Backend) checkRequires(ctx context.Context, id string, p *launcher.Plan, env []string) (warning string, err error) {
+	reqs := p.Agent.Requires
+	if len(reqs) == 0 {
+		return "", nil
+	}
+	dirs := searchPath(env)
+	if dirs == nil {
+		ins, err := b.api.ImageInspect(ctx, p.Image)
+		if err != nil {
+			return fmt.Sprintf("the image's PATH is not known (%v); %s are not checked", err, strings.Join(reqs, ", ")), nil
+		}
+		var imgEnv []string
+		if ins.Config != nil {
+			imgEnv = ins.Config.Env
+		}
+		if dirs = searchPath(imgEnv); dirs == nil {
+			dirs = strings.Split(defaultPath, ":")
+		}
+	}
+	var missing []string
+	for _, r := range reqs {
+		found, err := b.lookIn(ctx, id, r, dirs)
+		if err != nil {
+			return fmt.Sprintf("%s could not be looked for in the image (%v)", r, err), nil
+		}
+		if !found {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("image %s lacks %s, which agent %s needs (it requires %s); install %s in the image, or pick the agent whose CLI it holds",
+			p.Image, strings.Join(missing, ", "), p.Agent.Name, strings.Join(reqs, ", "), plural(missing))
+	}
+	return "", nil
+}
+
+func plural(missing []string) string {
+	if len(missing) == 1 {
+		return "it"
+	}
+	return "them"
+}
+
+// lookIn reports whether r (a program name, looked up in dirs, or an
+// absolute path) exists in the container.
+func (b *Backend) lookIn(ctx context.Context, id, r string, dirs []string) (bool, error) {
+	candidates := []string{r}
+	if !strings.HasPrefix(r, "/") {
+		candidates = nil
+		for _, d := range dirs {
+			candidates = append(candidates, path.Join(d, r))
+		}
+	}
+	for _, c := range candidates {
+		st, err := b.api.ContainerStatPath(ctx, id, c)
+		switch {
+		case cerrdefs.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, err
+		}
+		if st.Mode.IsDir() {
+			continue
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// searchPath is the absolute directories of env's PATH; nil without one.
+func searchPath(env []string) []string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			var dirs []string
+			for _, d := range strings.Split(v, ":") {
+				if strings.HasPrefix(d, "/") {
+					dirs = append(dirs, d)
+				}
+			}
+			return dirs
+		}
+	}
+	return nil
+}
