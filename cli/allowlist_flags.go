@@ -37,55 +37,62 @@ func (f *allowlistFlags) add(fs *pflag.FlagSet) {
 // resolve validates the flags and resolves the URLs' hostnames to IPv4
 // with r, once, here.
 func (f *allowlistFlags) resolve(ctx context.Context, r policy.Resolver) (policy.Allowlist, error) {
+	a, _, err := f.resolveHosts(ctx, r)
+	return a, err
+}
+
+// resolveHosts is resolve that also returns the names it resolved, for
+// pinning them where the container runs.
+func (f *allowlistFlags) resolveHosts(ctx context.Context, r policy.Resolver) (policy.Allowlist, map[string][]netip.Addr, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	if f.judgeURL == "" {
-		return policy.Allowlist{}, fmt.Errorf("--judge-url is required")
+		return policy.Allowlist{}, nil, fmt.Errorf("--judge-url is required")
 	}
 	judge, err := policy.ParseTarget("--judge-url", f.judgeURL)
 	if err != nil {
-		return policy.Allowlist{}, err
+		return policy.Allowlist{}, nil, err
 	}
 	targets := []policy.Target{judge}
 	for _, u := range f.apiURLs {
 		t, err := policy.ParseTarget("--api-url", u)
 		if err != nil {
-			return policy.Allowlist{}, err
+			return policy.Allowlist{}, nil, err
 		}
 		targets = append(targets, t)
 	}
 	action, err := policy.ParseAction(f.action)
 	if err != nil {
-		return policy.Allowlist{}, fmt.Errorf("--action: %w", err)
+		return policy.Allowlist{}, nil, fmt.Errorf("--action: %w", err)
 	}
 	if f.timeout <= 0 {
-		return policy.Allowlist{}, fmt.Errorf("--resolve-timeout must be positive, got %s", f.timeout)
+		return policy.Allowlist{}, nil, fmt.Errorf("--resolve-timeout must be positive, got %s", f.timeout)
 	}
 	var dns []netip.Addr
 	for _, d := range f.dns {
 		a, err := netip.ParseAddr(d)
 		if err != nil || !a.Is4() {
-			return policy.Allowlist{}, fmt.Errorf("--dns %q: want an IPv4 address", d)
+			return policy.Allowlist{}, nil, fmt.Errorf("--dns %q: want an IPv4 address", d)
 		}
 		dns = append(dns, a)
 	}
 	var own netip.Addr
 	if f.own != "" {
 		if own, err = netip.ParseAddr(f.own); err != nil || !own.Is4() || !own.IsLoopback() {
-			return policy.Allowlist{}, fmt.Errorf("--own-resolver %q: want an IPv4 loopback address such as %s", f.own, policy.DefaultResolver)
+			return policy.Allowlist{}, nil, fmt.Errorf("--own-resolver %q: want an IPv4 loopback address such as %s", f.own, policy.DefaultResolver)
 		}
 	}
 	endpoints, resolved, err := policy.Resolve(ctx, r, f.timeout, targets...)
 	if err != nil {
-		return policy.Allowlist{}, err
+		return policy.Allowlist{}, nil, err
 	}
 	a := policy.Allowlist{Endpoints: endpoints, DNS: dns, Action: action}
 	if own.IsValid() {
 		a.Resolver, a.Names = own, policy.PinNames(resolved)
 	}
 	if a, err = a.Canonical(); err != nil {
-		return policy.Allowlist{}, fmt.Errorf("--own-resolver: %w", err)
+		return policy.Allowlist{}, nil, fmt.Errorf("--own-resolver: %w", err)
 	}
-	return a, nil
+	return a, resolved, nil
 }

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -137,4 +140,49 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestPolicyAnnotationCompose: --compose prints an override that isolates
+// exactly the named services the way sforge run isolates a container.
+func TestPolicyAnnotationCompose(t *testing.T) {
+	out, err := runPolicyAnnotation("--compose", "default", "--compose", "tools", "--own-resolver",
+		"--judge-url", "http://198.51.100.10:8080", "--api-url", "https://api.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Runtime     string            `json:"runtime"`
+			CapDrop     []string          `json:"cap_drop"`
+			Environment map[string]string `json:"environment"`
+			ExtraHosts  []string          `json:"extra_hosts"`
+			DNS         []string          `json:"dns"`
+			DNSSearch   []string          `json:"dns_search"`
+		} `json:"services"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := "v1;tcp:198.51.100.10:8080;tcp:203.0.113.7:443;tcp:203.0.113.8:443;resolver:127.0.0.53;name:api.example.com=203.0.113.7;name:api.example.com=203.0.113.8"
+	if len(doc.Services) != 2 {
+		t.Fatalf("services %v, want default and tools", doc.Services)
+	}
+	for name, s := range doc.Services {
+		if s.Runtime != "sforge" || !slices.Equal(s.CapDrop, []string{"NET_RAW"}) || s.Environment[policy.EnvVar] != want ||
+			!slices.Equal(s.ExtraHosts, []string{"api.example.com:203.0.113.7", "api.example.com:203.0.113.8"}) ||
+			!slices.Equal(s.DNS, []string{"127.0.0.53"}) || !slices.Equal(s.DNSSearch, []string{"."}) {
+			t.Errorf("service %s: %+v", name, s)
+		}
+	}
+	if !strings.HasPrefix(out, "# sforge: network isolation for default, tools") {
+		t.Errorf("no header comment:\n%s", out)
+	}
+	for args, wantErr := range map[string]string{
+		"--compose default --env": "--env and --compose both choose the output: give one",
+		"--compose no/slash":      `--compose "no/slash": not a Compose service name`,
+	} {
+		if _, err := runPolicyAnnotation(append(strings.Fields(args), "--judge-url", "http://198.51.100.10:8080")...); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: %v, want %q", args, err, wantErr)
+		}
+	}
 }

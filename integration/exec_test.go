@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,44 +111,72 @@ func TestExecDocker(t *testing.T) {
 		}
 	})
 	t.Run("docker-py exec_run", func(t *testing.T) {
-		// What SWE-bench's harness does for every command.
+		// What SWE-bench's harness does: the container started through
+		// the SDK (runtime, environment, cap_drop), then exec_run for
+		// every command.
+		const start = `import docker, sys
+c = docker.DockerClient(base_url=sys.argv[1]).containers.run(sys.argv[3], ["/bin/sleep", "600"], name=sys.argv[2], detach=True,
+    network="sfnet", runtime="sforge", cap_drop=["NET_RAW"], environment={"SFORGE_EGRESS": sys.argv[4]})
+print(c.id)`
 		const sdk = `import docker, sys
 c = docker.DockerClient(base_url=sys.argv[1]).containers.get(sys.argv[2])
 r = c.exec_run(sys.argv[3:])
 sys.stdout.write(r.output.decode())
 sys.exit(r.exit_code)`
+		const sdkName = "sdk-long"
+		if out, err := exec.Command(python, "-c", start, d.Host, sdkName, image, regAllowlist).CombinedOutput(); err != nil {
+			t.Fatalf("containers.run: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { _, _ = d.Docker(context.Background(), "rm", "-f", sdkName) })
+		if rt := strings.TrimSpace(d.MustDocker(t, "inspect", "-f", "{{.HostConfig.Runtime}}", sdkName)); rt != "sforge" {
+			t.Fatalf("the SDK's container runs with %q", rt)
+		}
 		execMatrix(t, cfg, func(argv ...string) (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, python, append([]string{"-c", sdk, d.Host, name}, argv...)...).CombinedOutput()
+			out, err := exec.CommandContext(ctx, python, append([]string{"-c", sdk, d.Host, sdkName}, argv...)...).CombinedOutput()
 			return string(out), err
 		})
 	})
 	t.Run("docker-compose exec", func(t *testing.T) {
 		// What Inspect AI's and Harbor's Docker sandboxes do: a compose
 		// project whose service runs isolated, entered by compose exec.
+		// The isolation comes from the override `sforge policy annotation
+		// --compose` prints; the project's other service keeps its
+		// network.
 		dir := t.TempDir()
-		file := filepath.Join(dir, "compose.yaml")
+		file, override := filepath.Join(dir, "compose.yaml"), filepath.Join(dir, "sforge.yaml")
 		yaml := fmt.Sprintf(`version: "2.4"
 services:
   agent:
-    image: %s
-    runtime: sforge
+    image: %[1]s
     command: ["/bin/sleep", "600"]
-    environment:
-      SFORGE_EGRESS: "%s"
+  helper:
+    image: %[1]s
+    command: ["/bin/sleep", "600"]
 networks:
   default:
     external: true
     name: sfnet
-`, image, regAllowlist)
+`, image)
 		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := exec.Command(sforgeBinary(t), "policy", "annotation", "--compose", "agent", "--judge-url", "http://"+regJudgeTCP).Output()
+		if err != nil {
+			t.Fatalf("sforge policy annotation --compose: %v", err)
+		}
+		if !strings.Contains(string(gen), "SFORGE_EGRESS: "+regAllowlist) {
+			t.Fatalf("the override does not carry the allowlist %s:\n%s", regAllowlist, gen)
+		}
+		// docker-compose 1.x wants the main file's version line.
+		if err := os.WriteFile(override, append([]byte("version: \"2.4\"\n"), gen...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		run := func(args ...string) (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, compose, append([]string{"-f", file, "-p", "sfexec"}, args...)...)
+			cmd := exec.CommandContext(ctx, compose, append([]string{"-f", file, "-f", override, "-p", "sfexec"}, args...)...)
 			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
 			out, err := cmd.CombinedOutput()
 			return string(out), err
@@ -157,6 +186,13 @@ networks:
 		}
 		t.Cleanup(func() { _, _ = run("down", "-t", "0") })
 		execMatrix(t, cfg, func(argv ...string) (string, error) { return run(append([]string{"exec", "-T", "agent"}, argv...)...) })
+		neighbour := net.JoinHostPort(nb4, "9000")
+		if out, err := run("exec", "-T", "helper", "/sforge-probe", "tcp", neighbour); err != nil || !strings.Contains(out, `"ok":true`) {
+			t.Errorf("the service that is not isolated did not reach %s: %v\n%s", neighbour, err, out)
+		}
+		if out, err := run("exec", "-T", "agent", "/sforge-probe", "tcp", neighbour); err == nil || strings.Contains(out, `"ok":true`) {
+			t.Errorf("the isolated service reached %s:\n%s", neighbour, out)
+		}
 	})
 	t.Run("plain container keeps what Docker grants", func(t *testing.T) {
 		// Without an allowlist the runtime leaves an exec alone: the
