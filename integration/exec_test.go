@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,8 +70,8 @@ func execMatrix(t *testing.T, cfg string, enter func(argv ...string) (string, er
 
 // TestExecDocker: a running isolated container on a private dockerd with
 // the runtime registered, entered by `docker exec` (as root and as a
-// user), docker-py's exec_run and `docker-compose exec`; and `docker exec
-// --privileged` refused.
+// user), docker-py's exec_run, `docker-compose exec` (1.x) and `docker
+// compose exec` (v2); and `docker exec --privileged` refused.
 func TestExecDocker(t *testing.T) {
 	prefix := regBinaries(t)
 	regHostGuard(t)
@@ -194,6 +196,60 @@ networks:
 			t.Errorf("the isolated service reached %s:\n%s", neighbour, out)
 		}
 	})
+	t.Run("compose v2 exec", func(t *testing.T) {
+		// The project shape of Inspect AI's Docker sandbox and Harbor,
+		// through the Compose v2 CLI: a "default" service kept alive, a
+		// second service on the same network, every command a `compose
+		// exec`; the override isolates default only.
+		compose2 := composeV2(t)
+		dir := t.TempDir()
+		file, override := filepath.Join(dir, "compose.yaml"), filepath.Join(dir, "sforge.yaml")
+		yaml := fmt.Sprintf(`services:
+  default:
+    image: %[1]s
+    command: ["/bin/sleep", "86400"]
+    init: true
+  tools:
+    image: %[1]s
+    command: ["/bin/sleep", "86400"]
+networks:
+  default:
+    external: true
+    name: sfnet
+`, image)
+		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := exec.Command(sforgeBinary(t), "policy", "annotation", "--compose", "default", "--judge-url", "http://"+regJudgeTCP).Output()
+		if err != nil {
+			t.Fatalf("sforge policy annotation --compose: %v", err)
+		}
+		if err := os.WriteFile(override, gen, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, compose2, append([]string{"-f", file, "-f", override, "-p", "sfv2"}, args...)...)
+			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := run("up", "-d", "--wait"); err != nil {
+			t.Fatalf("docker compose up: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { _, _ = run("down", "-t", "0") })
+		execMatrix(t, cfg, func(argv ...string) (string, error) {
+			return run(append([]string{"exec", "-T", "default"}, argv...)...)
+		})
+		neighbour := net.JoinHostPort(nb4, "9000")
+		if out, err := run("exec", "-T", "default", "/sforge-probe", "tcp", neighbour); err == nil || strings.Contains(out, `"ok":true`) {
+			t.Errorf("an exec in the isolated service reached %s:\n%s", neighbour, out)
+		}
+		if out, err := run("exec", "-T", "tools", "/sforge-probe", "tcp", neighbour); err != nil || !strings.Contains(out, `"ok":true`) {
+			t.Errorf("the service that is not isolated did not reach %s: %v\n%s", neighbour, err, out)
+		}
+	})
 	t.Run("plain container keeps what Docker grants", func(t *testing.T) {
 		// Without an allowlist the runtime leaves an exec alone: the
 		// harness is not broken.
@@ -205,6 +261,17 @@ networks:
 			t.Fatalf("an exec into a container without an allowlist lost NET_RAW:\n%s", status)
 		}
 	})
+}
+
+// composeV2 is the Compose v2 CLI that `make compose-bin` builds
+// (hack/compose/build.sh), the last version in its cache by name.
+func composeV2(t *testing.T) string {
+	t.Helper()
+	cache := cmp.Or(os.Getenv("SFORGE_COMPOSE_CACHE"), "/var/cache/sforge/compose")
+	found, _ := filepath.Glob(filepath.Join(cache, "v*", "bin", "docker-compose"))
+	testenv.Require(t, len(found) > 0, "the Compose v2 CLI is not built in "+cache+": run `make compose-bin`")
+	slices.Sort(found)
+	return found[len(found)-1]
 }
 
 // TestExecContainerd: `ctr task exec` into a running isolated task
