@@ -13,7 +13,7 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /integration)
 # settings (its test checks).
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w'
 
-.PHONY: all build test test-unit test-integration vet bench fuzz fuzz-ci deps install uninstall clean k8s-bins compose-bin
+.PHONY: all build test test-unit test-integration vet bench fuzz fuzz-ci deps install uninstall clean k8s-bins compose-bin agents
 
 all: build
 
@@ -26,14 +26,14 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 ## test: everything, unit and integration (needs root for the integration part)
-test: deps vet build k8s-bins compose-bin
+test: deps vet build k8s-bins compose-bin agents
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) --no-print-directory fuzz-ci
 
 test-unit: vet
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-test-integration: deps build k8s-bins compose-bin
+test-integration: deps build k8s-bins compose-bin agents
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./integration/...
 
 bench: deps build k8s-bins
@@ -69,6 +69,12 @@ k8s-bins:
 	else echo "k8s-bins: not root and SFORGE_K8S_CACHE unset: skipping the Kubernetes build"; fi
 	@if [ "$$(id -u)" = 0 ] || [ -n "$$SFORGE_CONTAINERD2_CACHE" ]; then bash hack/k8s/build-containerd.sh; \
 	else echo "k8s-bins: not root and SFORGE_CONTAINERD2_CACHE unset: skipping the containerd 2 build"; fi
+
+## agents: the real agent CLIs from npm (hack/agents/install.sh), pinned, cached
+## in $(SFORGE_AGENTS_CACHE) (default /var/cache/sforge/agents)
+agents:
+	@if [ "$$(id -u)" = 0 ] || [ -n "$$SFORGE_AGENTS_CACHE" ]; then bash hack/agents/install.sh; \
+	else echo "agents: not root and SFORGE_AGENTS_CACHE unset: skipping the agent CLIs"; fi
 
 ## compose-bin: the Compose v2 CLI built from its Go module (hack/compose/build.sh),
 ## which the harness tests drive as Inspect AI and Harbor do

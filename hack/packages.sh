@@ -37,6 +37,8 @@ SFORGE_PACKAGES_TEST=(
   "/usr/lib/python3/dist-packages/docker python3-docker"
   # the benchmarks' seed baseline as the seed ran it (`sudo -n iptables` per rule)
   "sudo sudo"
+  # the real agent CLIs come from npm (hack/agents/install.sh)
+  "npm npm"
   # the test node's cluster resolver, which forwards a test zone (the DNS
   # tunnel an isolated Pod must not reach)
   "dnsmasq dnsmasq-base"

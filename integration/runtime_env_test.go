@@ -110,10 +110,14 @@ func regRootfs(t *testing.T, prefix string) string {
 	return dir
 }
 
+// copyFile copies from to to, executable, making to's directory.
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
