@@ -258,42 +258,27 @@ func (b *proxyBackend) Wait(ctx context.Context) (int, error) {
 // TestRunAPIProxyKeyPlaceholder: --env sets the placeholder the agent
 // reads; a copy of the real key under another name is withheld too.
 func TestRunAPIProxyKeyPlaceholder(t *testing.T) {
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "upstream got key=%q", r.Header.Get("X-Api-Key"))
-	}))
-	defer upstream.Close()
-	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false}`)
-	b := &proxyBackend{}
-	t.Setenv("SFORGE_AGENT_API_BASE_URL", upstream.URL)
-	t.Setenv("ANTHROPIC_API_KEY", "sk-secret")
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	var out, errOut bytes.Buffer
-	cmd := newCmdRunWith(Streams{Out: &out, ErrOut: &errOut}, func(string) (launcher.Backend, error) { return b, nil }, tableResolver{})
-	cmd.SetArgs([]string{"--task", dir, "--agent", "claude-code", "--judge-url", "http://198.51.100.10:8080", "--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY",
-		"--env", "ANTHROPIC_API_KEY=placeholder", "--env", "ANTHROPIC_AUTH_TOKEN=sk-secret"})
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		t.Fatalf("%v\n%s", err, errOut.String())
-	}
+	b := runAPIProxy(t, "--env", "ANTHROPIC_API_KEY=placeholder", "--env", "ANTHROPIC_AUTH_TOKEN=sk-secret")
 	if got := b.plan.Env["ANTHROPIC_API_KEY"]; got != "placeholder" {
 		t.Errorf("ANTHROPIC_API_KEY=%q, want --env's placeholder", got)
 	}
 	if v, ok := b.plan.Env["ANTHROPIC_AUTH_TOKEN"]; ok {
 		t.Errorf("ANTHROPIC_AUTH_TOKEN=%q: a copy of the real key reached the container", v)
 	}
-	if b.got != `upstream got key="sk-secret"` {
+	if b.got != `upstream got POST /v1/messages key="sk-secret"` {
 		t.Errorf("upstream saw %q", b.got)
 	}
 }
 
-// TestRunAPIProxy: --api-proxy starts the real in-process proxy, points the
-// agent at it, allows only it (not the upstream API), and with
-// --api-key-env adds the key upstream while the container never gets it.
-func TestRunAPIProxy(t *testing.T) {
+// runAPIProxy runs `sforge run --agent claude-code --api-proxy
+// --api-key-env ANTHROPIC_API_KEY` with extra flags against an upstream
+// that echoes the key it got, the real key being sk-secret.
+func runAPIProxy(t *testing.T, extra ...string) *proxyBackend {
+	t.Helper()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "upstream got %s %s key=%q", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
 	}))
-	defer upstream.Close()
+	t.Cleanup(upstream.Close)
 	dir := writeRunTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false}`)
 	b := &proxyBackend{}
 	t.Setenv("SFORGE_AGENT_API_BASE_URL", upstream.URL)
@@ -301,11 +286,19 @@ func TestRunAPIProxy(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	var out, errOut bytes.Buffer
 	cmd := newCmdRunWith(Streams{Out: &out, ErrOut: &errOut}, func(string) (launcher.Backend, error) { return b, nil }, tableResolver{})
-	cmd.SetArgs([]string{"--task", dir, "--agent", "claude-code", "--judge-url", "http://198.51.100.10:8080", "--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY"})
+	cmd.SetArgs(append([]string{"--task", dir, "--agent", "claude-code", "--judge-url", "http://198.51.100.10:8080", "--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY"}, extra...))
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
+	return b
+}
+
+// TestRunAPIProxy: --api-proxy starts the real in-process proxy, points the
+// agent at it, allows only it (not the upstream API), and with
+// --api-key-env adds the key upstream while the container never gets it.
+func TestRunAPIProxy(t *testing.T) {
+	b := runAPIProxy(t)
 	if b.got != `upstream got POST /v1/messages key="sk-secret"` {
 		t.Fatalf("upstream saw %q", b.got)
 	}

@@ -140,115 +140,19 @@ sys.exit(r.exit_code)`
 			return string(out), err
 		})
 	})
+	// What Inspect AI's and Harbor's Docker sandboxes do: a compose
+	// project whose service runs isolated, entered by compose exec, the
+	// isolation coming from the override `sforge policy annotation
+	// --compose` prints; the project's other service keeps its network.
 	t.Run("docker-compose exec", func(t *testing.T) {
-		// What Inspect AI's and Harbor's Docker sandboxes do: a compose
-		// project whose service runs isolated, entered by compose exec.
-		// The isolation comes from the override `sforge policy annotation
-		// --compose` prints; the project's other service keeps its
-		// network.
-		dir := t.TempDir()
-		file, override := filepath.Join(dir, "compose.yaml"), filepath.Join(dir, "sforge.yaml")
-		yaml := fmt.Sprintf(`version: "2.4"
-services:
-  agent:
-    image: %[1]s
-    command: ["/bin/sleep", "600"]
-  helper:
-    image: %[1]s
-    command: ["/bin/sleep", "600"]
-networks:
-  default:
-    external: true
-    name: sfnet
-`, image)
-		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		gen, err := exec.Command(sforgeBinary(t), "policy", "annotation", "--compose", "agent", "--judge-url", "http://"+regJudgeTCP).Output()
-		if err != nil {
-			t.Fatalf("sforge policy annotation --compose: %v", err)
-		}
-		if !strings.Contains(string(gen), "SFORGE_EGRESS: "+regAllowlist) {
-			t.Fatalf("the override does not carry the allowlist %s:\n%s", regAllowlist, gen)
-		}
-		// docker-compose 1.x wants the main file's version line.
-		if err := os.WriteFile(override, append([]byte("version: \"2.4\"\n"), gen...), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		run := func(args ...string) (string, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, compose, append([]string{"-f", file, "-f", override, "-p", "sfexec"}, args...)...)
-			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
-			out, err := cmd.CombinedOutput()
-			return string(out), err
-		}
-		if out, err := run("up", "-d"); err != nil {
-			t.Fatalf("docker-compose up: %v\n%s", err, out)
-		}
-		t.Cleanup(func() { _, _ = run("down", "-t", "0") })
-		execMatrix(t, cfg, func(argv ...string) (string, error) { return run(append([]string{"exec", "-T", "agent"}, argv...)...) })
-		neighbour := net.JoinHostPort(nb4, "9000")
-		if out, err := run("exec", "-T", "helper", "/sforge-probe", "tcp", neighbour); err != nil || !strings.Contains(out, `"ok":true`) {
-			t.Errorf("the service that is not isolated did not reach %s: %v\n%s", neighbour, err, out)
-		}
-		if out, err := run("exec", "-T", "agent", "/sforge-probe", "tcp", neighbour); err == nil || strings.Contains(out, `"ok":true`) {
-			t.Errorf("the isolated service reached %s:\n%s", neighbour, out)
-		}
+		testComposeProject(t, composeProject{bin: compose, name: "sfexec", version: `"2.4"`, isolated: "agent", open: "helper"},
+			d.Host, image, cfg, nb4)
 	})
+	// The same in the shape Inspect AI and Harbor use, through the Compose
+	// v2 CLI: a "default" service kept alive, a second one beside it.
 	t.Run("compose v2 exec", func(t *testing.T) {
-		// The project shape of Inspect AI's Docker sandbox and Harbor,
-		// through the Compose v2 CLI: a "default" service kept alive, a
-		// second service on the same network, every command a `compose
-		// exec`; the override isolates default only.
-		compose2 := composeV2(t)
-		dir := t.TempDir()
-		file, override := filepath.Join(dir, "compose.yaml"), filepath.Join(dir, "sforge.yaml")
-		yaml := fmt.Sprintf(`services:
-  default:
-    image: %[1]s
-    command: ["/bin/sleep", "86400"]
-    init: true
-  tools:
-    image: %[1]s
-    command: ["/bin/sleep", "86400"]
-networks:
-  default:
-    external: true
-    name: sfnet
-`, image)
-		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		gen, err := exec.Command(sforgeBinary(t), "policy", "annotation", "--compose", "default", "--judge-url", "http://"+regJudgeTCP).Output()
-		if err != nil {
-			t.Fatalf("sforge policy annotation --compose: %v", err)
-		}
-		if err := os.WriteFile(override, gen, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		run := func(args ...string) (string, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, compose2, append([]string{"-f", file, "-f", override, "-p", "sfv2"}, args...)...)
-			cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.Host)
-			out, err := cmd.CombinedOutput()
-			return string(out), err
-		}
-		if out, err := run("up", "-d", "--wait"); err != nil {
-			t.Fatalf("docker compose up: %v\n%s", err, out)
-		}
-		t.Cleanup(func() { _, _ = run("down", "-t", "0") })
-		execMatrix(t, cfg, func(argv ...string) (string, error) {
-			return run(append([]string{"exec", "-T", "default"}, argv...)...)
-		})
-		neighbour := net.JoinHostPort(nb4, "9000")
-		if out, err := run("exec", "-T", "default", "/sforge-probe", "tcp", neighbour); err == nil || strings.Contains(out, `"ok":true`) {
-			t.Errorf("an exec in the isolated service reached %s:\n%s", neighbour, out)
-		}
-		if out, err := run("exec", "-T", "tools", "/sforge-probe", "tcp", neighbour); err != nil || !strings.Contains(out, `"ok":true`) {
-			t.Errorf("the service that is not isolated did not reach %s: %v\n%s", neighbour, err, out)
-		}
+		testComposeProject(t, composeProject{bin: composeV2(t), name: "sfv2", isolated: "default", open: "tools", init: true},
+			d.Host, image, cfg, nb4)
 	})
 	t.Run("plain container keeps what Docker grants", func(t *testing.T) {
 		// Without an allowlist the runtime leaves an exec alone: the
@@ -261,6 +165,73 @@ networks:
 			t.Fatalf("an exec into a container without an allowlist lost NET_RAW:\n%s", status)
 		}
 	})
+}
+
+// composeProject is a project of two services on the network sfnet, the
+// first isolated by the override of `sforge policy annotation --compose`.
+type composeProject struct {
+	bin, name string
+	// version is the files' version line; docker-compose 1.x wants one
+	// in each file, Compose v2 none.
+	version        string
+	isolated, open string
+	init           bool
+}
+
+// testComposeProject brings p up on the daemon at host, runs the probe
+// matrix through `compose exec` in the isolated service, and a fetch of
+// the neighbour from both: refused from the isolated one only.
+func testComposeProject(t *testing.T, p composeProject, host, image, cfg, nb4 string) {
+	t.Helper()
+	dir := t.TempDir()
+	file, override := filepath.Join(dir, "compose.yaml"), filepath.Join(dir, "sforge.yaml")
+	head := ""
+	if p.version != "" {
+		head = "version: " + p.version + "\n"
+	}
+	service := func(name string) string {
+		s := fmt.Sprintf("  %s:\n    image: %s\n    command: [\"/bin/sleep\", \"86400\"]\n", name, image)
+		if p.init {
+			s += "    init: true\n"
+		}
+		return s
+	}
+	yaml := head + "services:\n" + service(p.isolated) + service(p.open) + "networks:\n  default:\n    external: true\n    name: sfnet\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := exec.Command(sforgeBinary(t), "policy", "annotation", "--compose", p.isolated, "--judge-url", "http://"+regJudgeTCP).Output()
+	if err != nil {
+		t.Fatalf("sforge policy annotation --compose: %v", err)
+	}
+	if !strings.Contains(string(gen), "SFORGE_EGRESS: "+regAllowlist) {
+		t.Fatalf("the override does not carry the allowlist %s:\n%s", regAllowlist, gen)
+	}
+	if err := os.WriteFile(override, append([]byte(head), gen...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, p.bin, append([]string{"-f", file, "-f", override, "-p", p.name}, args...)...)
+		cmd.Env = append(os.Environ(), "DOCKER_HOST="+host)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("up", "-d"); err != nil {
+		t.Fatalf("%s up: %v\n%s", p.bin, err, out)
+	}
+	t.Cleanup(func() { _, _ = run("down", "-t", "0") })
+	execMatrix(t, cfg, func(argv ...string) (string, error) {
+		return run(append([]string{"exec", "-T", p.isolated}, argv...)...)
+	})
+	neighbour := net.JoinHostPort(nb4, "9000")
+	if out, err := run("exec", "-T", p.open, "/sforge-probe", "tcp", neighbour); err != nil || !strings.Contains(out, `"ok":true`) {
+		t.Errorf("the service that is not isolated did not reach %s: %v\n%s", neighbour, err, out)
+	}
+	if out, err := run("exec", "-T", p.isolated, "/sforge-probe", "tcp", neighbour); err == nil || strings.Contains(out, `"ok":true`) {
+		t.Errorf("an exec in the isolated service reached %s:\n%s", neighbour, out)
+	}
 }
 
 // composeV2 is the Compose v2 CLI that `make compose-bin` builds
