@@ -45,33 +45,43 @@ type Processes struct {
 	Dir string
 }
 
-func (r Processes) state(id string) string { return filepath.Join(r.Dir, id+".json") }
+// state is the state file of sandbox id's resolver.
+func (r Processes) state(id string) (string, error) {
+	if id == "" || strings.ContainsAny(id, `/\`) {
+		return "", fmt.Errorf("container id %q cannot name a state file", id)
+	}
+	return filepath.Join(r.Dir, id+".json"), nil
+}
 
 // Start implements Resolvers.
 func (r Processes) Start(netns, id string, a policy.Allowlist) (int, error) {
-	if id == "" || strings.ContainsAny(id, `/\`) {
-		return 0, fmt.Errorf("container id %q cannot name a state file", id)
+	path, err := r.state(id)
+	if err != nil {
+		return 0, err
 	}
 	if err := os.MkdirAll(r.Dir, 0o700); err != nil {
 		return 0, err
 	}
-	return resolver.Start(r.Exe, []string{ResolverStage}, netns, 0, a, r.state(id))
+	return resolver.Start(r.Exe, []string{ResolverStage}, netns, 0, a, path)
 }
 
-// Stop implements Resolvers.
+// Stop implements Resolvers; a sandbox whose id names no state file has
+// no resolver.
 func (r Processes) Stop(id string) (resolver.Outcome, bool, error) {
-	if id == "" || strings.ContainsAny(id, `/\`) {
+	path, err := r.state(id)
+	if err != nil {
 		return resolver.Outcome{}, false, nil
 	}
-	return resolver.Stop(r.state(id), stopWait)
+	return resolver.Stop(path, stopWait)
 }
 
 // Serving implements Resolvers.
 func (r Processes) Serving(id string) error {
-	if id == "" || strings.ContainsAny(id, `/\`) {
-		return fmt.Errorf("container id %q cannot name a state file", id)
+	path, err := r.state(id)
+	if err != nil {
+		return err
 	}
-	return resolver.Serving(r.state(id))
+	return resolver.Serving(path)
 }
 
 // Running implements Resolvers.

@@ -24,6 +24,11 @@ import (
 // resolv.conf of the image do not use.
 var DefaultResolver = netip.AddrFrom4([4]byte{127, 0, 0, 53})
 
+// NoResolver is the nameserver of a sandbox given no resolver at all
+// (Kubernetes requires one with dnsPolicy None): on the sandbox's own
+// loopback nothing answers there, so a lookup fails at once.
+var NoResolver = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
 // Name is one address the container's resolver gives for a name.
 type Name struct {
 	Host string

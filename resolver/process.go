@@ -160,12 +160,18 @@ func Child(args []string) int {
 	if err != nil {
 		return 1
 	}
-	// Read while still root: the namespace's mount may be where nobody
-	// cannot look.
-	var gone func() bool
+	// What it ends with. The namespace is read while still root: its
+	// mount may be where nobody cannot look.
+	waitEnd := waitPidfd
 	if netns != "" {
-		if gone, err = namespaceGone(netns); err != nil {
+		gone, err := namespaceGone(netns)
+		if err != nil {
 			return 1
+		}
+		waitEnd = func() {
+			for !gone() {
+				time.Sleep(namespaceCheck)
+			}
 		}
 	}
 	// FilePacketConn and FileListener hold copies of the descriptors.
@@ -192,24 +198,10 @@ func Child(args []string) int {
 	go func() { _ = s.ServeTCP(tcp) }()
 
 	end := make(chan struct{}, 1)
-	if gone == nil {
-		go func() {
-			fds := []unix.PollFd{{Fd: fdPid, Events: unix.POLLIN}}
-			for {
-				if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
-					break
-				}
-			}
-			end <- struct{}{}
-		}()
-	} else {
-		go func() {
-			for !gone() {
-				time.Sleep(namespaceCheck)
-			}
-			end <- struct{}{}
-		}()
-	}
+	go func() {
+		waitEnd()
+		end <- struct{}{}
+	}()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
@@ -223,6 +215,16 @@ func Child(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// waitPidfd returns once the process of the pidfd Start passed has ended.
+func waitPidfd() {
+	fds := []unix.PollFd{{Fd: fdPid, Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
 }
 
 // namespaceCheck is how often a resolver without a process to follow looks
@@ -281,18 +283,7 @@ func Stop(statePath string, wait time.Duration) (o Outcome, found bool, err erro
 }
 
 func collect(statePath string, grace, wait time.Duration) (Outcome, bool, error) {
-	read := func() (State, error) {
-		var s State
-		b, err := os.ReadFile(statePath)
-		if err != nil {
-			return s, err
-		}
-		if err := json.Unmarshal(b, &s); err != nil {
-			return s, fmt.Errorf("%s: %w", statePath, err)
-		}
-		return s, nil
-	}
-	s, err := read()
+	s, err := readState(statePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return Outcome{}, false, nil
 	}
@@ -308,7 +299,7 @@ func collect(statePath string, grace, wait time.Duration) (Outcome, bool, error)
 			signalled, deadline = true, time.Now().Add(wait)
 		}
 		time.Sleep(10 * time.Millisecond)
-		s, err = read()
+		s, err = readState(statePath)
 	}
 	switch {
 	case err != nil:
@@ -322,13 +313,9 @@ func collect(statePath string, grace, wait time.Duration) (Outcome, bool, error)
 // Serving returns nil while the resolver of the state file at statePath
 // runs, and otherwise says why it does not.
 func Serving(statePath string) error {
-	b, err := os.ReadFile(statePath)
+	s, err := readState(statePath)
 	if err != nil {
 		return err
-	}
-	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: %w", statePath, err)
 	}
 	switch {
 	case s.Done:
@@ -337,6 +324,18 @@ func Serving(statePath string) error {
 		return fmt.Errorf("its process %d is gone", s.Pid)
 	}
 	return nil
+}
+
+func readState(path string) (State, error) {
+	var s State
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
 }
 
 // isResolver reports whether pid is still a resolver process (and not a

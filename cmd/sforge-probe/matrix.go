@@ -21,6 +21,8 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // The hostile probe: `sforge-probe matrix --config-json JSON` (or
@@ -206,28 +208,14 @@ func parseMatrixConfig(raw []byte) (*MatrixConfig, error) {
 		}
 	}
 	if cfg.TunnelZone != "" && !validZone(cfg.TunnelZone) {
-		return nil, fmt.Errorf(`matrix: invalid config: "tunnel_zone" %q: want a DNS name of letters, digits, '-' and '.', at most 200 characters`, cfg.TunnelZone)
+		return nil, fmt.Errorf(`matrix: invalid config: "tunnel_zone" %q: want a DNS name of lower-case letters, digits, '-' and '.', at most 200 characters`, cfg.TunnelZone)
 	}
 	return &cfg, nil
 }
 
-// validZone accepts a DNS name short enough to put a unique label under.
-func validZone(z string) bool {
-	if len(z) > 200 {
-		return false
-	}
-	for _, l := range strings.Split(z, ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for _, c := range l {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
-}
+// validZone accepts a name sforge's resolver could hold, short enough to
+// put a unique label under.
+func validZone(z string) bool { return len(z) <= 200 && policy.CheckHost(z) == nil }
 
 // planMatrix lists the attempts: pure, so that tests can see the plan.
 func planMatrix(cfg *MatrixConfig, gateway netip.Addr, ifaces []string) []attempt {

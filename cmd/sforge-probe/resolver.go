@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sforge-dev/netiso/internal/dnsquery"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // The container's own resolver (sforge's, on a loopback address that
@@ -38,10 +39,6 @@ import (
 // defaultTunnelZone is where the unique names go unless the config names
 // a zone: one no resolver can answer from its cache.
 const defaultTunnelZone = "tunnel.sforge-probe.invalid"
-
-// noResolver is where a Pod without a resolver is pointed: nothing
-// answers there.
-var noResolver = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
 // nameservers are the IPv4 nameservers of resolv.conf, in order, once each.
 func nameservers(resolvConf io.Reader) []netip.Addr {
@@ -64,7 +61,7 @@ func nameservers(resolvConf io.Reader) []netip.Addr {
 func ownResolvers(servers []netip.Addr, allowed []string) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range servers {
-		if a.IsLoopback() && a != netip.AddrFrom4([4]byte{127, 0, 0, 11}) && a != noResolver && !slices.Contains(allowed, a.String()) {
+		if a.IsLoopback() && a != policy.DockerEmbeddedDNS && a != policy.NoResolver && !slices.Contains(allowed, a.String()) {
 			out = append(out, a)
 		}
 	}
@@ -73,7 +70,7 @@ func ownResolvers(servers []netip.Addr, allowed []string) []netip.Addr {
 
 // tunnelServers are the resolvers a tunnel name is sent to besides the
 // own ones: the allowed ones and the loopback nameservers that are not own
-// (no resolver, 127.0.0.1). Other nameservers are left alone: outside a
+// (no resolver, policy.NoResolver). Other nameservers are left alone: outside a
 // sandbox they are real resolvers of the host's; Docker's embedded one
 // (which forwards to those) is tried by dns-udp.
 func tunnelServers(servers []netip.Addr, allowed []string) []netip.Addr {
@@ -85,7 +82,7 @@ func tunnelServers(servers []netip.Addr, allowed []string) []netip.Addr {
 	}
 	own := ownResolvers(servers, allowed)
 	for _, a := range servers {
-		if a.IsLoopback() && a != netip.AddrFrom4([4]byte{127, 0, 0, 11}) && !slices.Contains(own, a) && !slices.Contains(out, a) {
+		if a.IsLoopback() && a != policy.DockerEmbeddedDNS && !slices.Contains(own, a) && !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}

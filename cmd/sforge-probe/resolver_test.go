@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sforge-dev/netiso/internal/dnsquery"
+	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/resolver"
 )
 
@@ -29,7 +30,7 @@ func TestOwnResolvers(t *testing.T) {
 	if want := []string{"10.96.0.20", "127.0.0.1"}; fmt.Sprint(tunnel) != fmt.Sprint(want) {
 		t.Fatalf("tunnel servers %v, want %v", tunnel, want)
 	}
-	atts := tunnelAttempts([]netip.Addr{noResolver}, "tunnel.example")
+	atts := tunnelAttempts([]netip.Addr{policy.NoResolver}, "tunnel.example")
 	if len(atts) != 2 || atts[0].check != "dns-tunnel-udp" || atts[1].check != "dns-tunnel-tcp" || atts[0].expect != expectRefused ||
 		!strings.HasPrefix(atts[0].target, "127.0.0.1:53 sforge-probe-") || !strings.HasSuffix(atts[0].target, ".tunnel.example") || atts[0].target == atts[1].target {
 		t.Fatalf("tunnel attempts %+v", atts)

@@ -63,11 +63,6 @@ func (d DNSTo) TunnelWarning() string {
 	return fmt.Sprintf("--dns-to %s lets the Pod query the cluster's resolver, which forwards every name it does not know: the agent can carry data out in the names it looks up (a DNS tunnel); --dns-to none (the default) or sforge closes it", d)
 }
 
-// NoResolver is the nameserver a Pod without a resolver is given: Kubernetes
-// requires one with dnsPolicy None, and on the Pod's own loopback nothing
-// answers, so a lookup fails at once instead of waiting for a timeout.
-var NoResolver = netip.AddrFrom4([4]byte{127, 0, 0, 1})
-
 // Options say which Pod the policy is for.
 type Options struct {
 	// Namespace of the Pod and of its policy.

@@ -283,7 +283,7 @@ func PodSpec(p *launcher.Plan, namespace string, dns netpol.DNSTo) *corev1.Pod {
 		// The Pod's own resolver, or none: the only nameserver is on the
 		// Pod's loopback, so sforge-cni adds no resolver from the dns
 		// capability and no query leaves the Pod.
-		ns := netpol.NoResolver
+		ns := policy.NoResolver
 		if p.Allowlist.Resolver.IsValid() {
 			ns = p.Allowlist.Resolver
 		}
