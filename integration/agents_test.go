@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +23,13 @@ import (
 	"github.com/sforge-dev/netiso/launcher"
 )
 
-// claudeCodePackage is the Claude Code release hack/agents/install.sh
-// installs, which the claude-code profile was checked against.
-const claudeCodePackage = "@anthropic-ai/claude-code@2.1.197"
+// The agent CLI releases hack/agents/install.sh installs, which the
+// built-in profiles were checked against.
+const (
+	claudeCodePackage = "@anthropic-ai/claude-code@2.1.197"
+	codexPackage      = "@openai/codex@0.171.0"
+	geminiCLIPackage  = "@google/gemini-cli@0.61.0"
+)
 
 // agentInstall returns the directory of an npm package that
 // hack/agents/install.sh (make agents) installed.
@@ -54,123 +60,245 @@ func copyWithLibs(t *testing.T, rootfs, src, dst string) {
 	}
 }
 
-// TestAgentClaudeCode runs the real Claude Code CLI (from npm, in an image
-// built here: busybox, bash and the CLI) as `sforge run --agent
-// claude-code --disable-internet` on a real dockerd, against a stand-in
-// for the Messages API that scripts the conversation: a shell command
-// that tries a forbidden host (refused), one that submits to the Judge
-// (accepted), one that prints the environment. Directly, with the key in
-// the container, and through --api-proxy --api-key-env, with the key only
-// on the host and a placeholder in the container.
-func TestAgentClaudeCode(t *testing.T) {
-	claude := filepath.Join(agentInstall(t, claudeCodePackage), "node_modules", "@anthropic-ai", "claude-code-linux-x64", "claude")
-	runtime := requireIsolationPieces(t)
-	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
-
+// agentRootfs is the base of every agent image: busybox, bash, a root
+// user whose shell is bash, and writable /tmp, /root and /work.
+func agentRootfs(t *testing.T) string {
+	t.Helper()
 	rootfs := t.TempDir()
 	bb, err := exec.LookPath("busybox")
 	testenv.Require(t, err == nil, "busybox (busybox-static) is needed")
 	copyFile(t, bb, filepath.Join(rootfs, "bin", "busybox"))
-	for _, applet := range []string{"sh", "wget", "env", "echo", "cat", "ls", "mkdir", "rm", "timeout", "sleep", "grep", "head", "tail", "which", "uname", "id", "ps"} {
+	for _, applet := range []string{"sh", "wget", "env", "echo", "cat", "ls", "mkdir", "rm", "timeout", "sleep", "grep", "head", "tail", "which", "uname", "id", "ps", "printf", "sed", "tr", "dirname", "basename"} {
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", applet)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	copyWithLibs(t, rootfs, "/bin/bash", "/bin/bash")
-	copyWithLibs(t, rootfs, claude, "/usr/local/bin/claude")
-	for _, d := range []string{"tmp", "root", "etc", "work"} {
+	for _, d := range []string{"tmp", "root", "etc", "work", "usr/bin", "usr/local/bin", "opt"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o1777); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// npm's launchers start with #!/usr/bin/env node.
+	if err := os.Symlink("/bin/busybox", filepath.Join(rootfs, "usr", "bin", "env")); err != nil {
+		t.Fatal(err)
+	}
+	copyWithLibs(t, rootfs, "/bin/bash", "/bin/bash")
 	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/bash\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const image = "sforge-test/claude-code:1"
-	e.d.ImportImage(t, image, rootfs)
+	return rootfs
+}
 
-	// The API listens in dockerd's namespace on the Judge's address: the
-	// container reaches it when the allowlist says so, and so does the
-	// in-process proxy (sforge runs in that namespace).
-	api := &fakeapi.Anthropic{Script: []string{
-		// Debian's static busybox wget crashes with its own -T.
-		"timeout 5 wget -q -O- " + e.forbiddenURL + " && echo LEAKED || echo REFUSED-AS-IT-SHOULD",
-		`timeout 10 wget -q -O- --post-data=answer-from-claude "$SFORGE_JUDGE_URL/submit"`,
-		"env",
-	}}
-	var ln net.Listener
-	if err := e.d.NetNS.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(judgeAddr.String(), "9100"))
-		return err
-	}); err != nil {
+// addNpmCLI copies an npm install into rootfs at /opt/NAME, with the host's
+// node, and links its launcher as /usr/local/bin/BIN.
+func addNpmCLI(t *testing.T, rootfs, install, name, bin, launcherPath string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	testenv.Require(t, err == nil, "node is needed to run npm's agent CLIs")
+	copyWithLibs(t, rootfs, node, "/usr/local/bin/node")
+	if out, err := exec.Command("cp", "-a", install, filepath.Join(rootfs, "opt", name)).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s: %v\n%s", install, err, out)
+	}
+	if err := os.Symlink(filepath.Join("/opt", name, launcherPath), filepath.Join(rootfs, "usr", "local", "bin", bin)); err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+}
 
-	dir := t.TempDir()
-	task := fmt.Sprintf(`{"name":"claude-e2e","image":%q,"agent_query":"Run the three steps.","internet":false,"timeout":"3m"}`, image)
-	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	const key = "sk-ant-test-real-key"
-	env := []string{launcher.EnvAPIBaseURL + "=http://" + ln.Addr().String(), "ANTHROPIC_API_KEY=" + key}
-	for _, mode := range []struct {
-		name  string
-		flags []string
-		// inContainer is the key the agent reads.
-		inContainer string
-	}{
-		{"direct", nil, key},
-		{"--api-proxy --api-key-env", []string{"--api-proxy", "--api-key-env", "ANTHROPIC_API_KEY"}, launcher.KeyPlaceholder},
-	} {
-		t.Run(mode.name, func(t *testing.T) {
-			before := len(api.Requests())
-			e.mu.Lock()
-			e.submissions = nil
-			e.mu.Unlock()
-			r := e.startSforgeInNetNS(t, env, append([]string{"--task", dir, "--agent", "claude-code", "--disable-internet", "--judge-url", e.judgeURL}, mode.flags...)...)
-			code := r.wait(t, 4*time.Minute)
-			out, errOut := r.stdout.String(), r.stderr.String()
-			if code != 0 || !strings.Contains(out, "done") {
-				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
-			}
-			reqs := api.Requests()[before:]
-			var last fakeapi.Request
-			for _, q := range reqs {
-				if q.Method != http.MethodPost {
-					continue
+// agentCase is one built-in profile and the real CLI it runs.
+type agentCase struct {
+	profile string
+	// keyEnv is the variable the agent reads its key from; basePath is
+	// the path of the API's base URL.
+	keyEnv, basePath string
+	// api is the wire format of the agent's provider.
+	api func(*fakeapi.Conversation) http.Handler
+	// image fills the image's root filesystem with the CLI.
+	image func(t *testing.T, rootfs string)
+}
+
+var agentCases = []agentCase{
+	{
+		profile: "claude-code", keyEnv: "ANTHROPIC_API_KEY",
+		api: (*fakeapi.Conversation).Anthropic,
+		image: func(t *testing.T, rootfs string) {
+			// Current releases ship a native executable.
+			claude := filepath.Join(agentInstall(t, claudeCodePackage), "node_modules", "@anthropic-ai", "claude-code-linux-x64", "claude")
+			copyWithLibs(t, rootfs, claude, "/usr/local/bin/claude")
+		},
+	},
+	{
+		profile: "codex", keyEnv: "CODEX_API_KEY", basePath: "/v1",
+		api: (*fakeapi.Conversation).OpenAI,
+		image: func(t *testing.T, rootfs string) {
+			// A node launcher of a native binary with its helpers
+			// (codex-code-mode-host runs its tools) in the vendor tree.
+			addNpmCLI(t, rootfs, agentInstall(t, codexPackage), "codex", "codex", "node_modules/@openai/codex/bin/codex.js")
+		},
+	},
+	{
+		profile: "gemini-cli", keyEnv: "GEMINI_API_KEY",
+		api: (*fakeapi.Conversation).Gemini,
+		image: func(t *testing.T, rootfs string) {
+			addNpmCLI(t, rootfs, agentInstall(t, geminiCLIPackage), "gemini", "gemini", "node_modules/@google/gemini-cli/bundle/gemini.js")
+		},
+	},
+}
+
+// TestAgents runs each built-in profile's real CLI (from npm, in an image
+// built here: busybox, bash, the CLI and node where it needs it) as
+// `sforge run --agent NAME --disable-internet` on a real dockerd, against
+// a stand-in for its provider's API that scripts the conversation: a shell
+// command that tries a forbidden host (refused), one that submits to the
+// Judge (accepted), one that prints the environment. Three ways:
+// directly, with the key in the container; through a standalone `sforge
+// proxy --agent NAME --api-key-env` that holds the key, the container
+// holding a placeholder; and through `sforge run --api-proxy
+// --api-key-env`, the container holding sforge's placeholder. In both
+// proxy ways the real key is neither in the agent's environment nor in
+// `docker inspect` of the running container.
+func TestAgents(t *testing.T) {
+	runtime := requireIsolationPieces(t)
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	bin := sforgeBinary(t)
+	for i, ac := range agentCases {
+		t.Run(ac.profile, func(t *testing.T) {
+			rootfs := agentRootfs(t)
+			ac.image(t, rootfs)
+			image := "sforge-test/" + ac.profile + ":1"
+			e.d.ImportImage(t, image, rootfs)
+			// The API and the standalone proxy listen in dockerd's
+			// namespace on the Judge's address: the container reaches
+			// them when the allowlist says so, and so does sforge run's
+			// own proxy (sforge runs in that namespace).
+			apiPort, proxyPort := 9100+10*i, 9101+10*i
+			key := "sk-real-" + ac.profile
+			conv := &fakeapi.Conversation{Script: []string{
+				// Debian's static busybox wget crashes with its own -T.
+				"timeout 5 wget -q -O- " + e.forbiddenURL + " && echo LEAKED || echo REFUSED-AS-IT-SHOULD",
+				`timeout 10 wget -q -O- --post-data=answer-from-` + ac.profile + ` "$SFORGE_JUDGE_URL/submit"`,
+				"env",
+			}}
+			inspected := make(chan string, 8)
+			conv.OnRequest = func(q fakeapi.Request) {
+				if !q.Turn || len(q.Results) != 2 {
+					return
 				}
-				last = q
-				if q.Key != key {
-					t.Errorf("the API got key %q on %s, want the real one", q.Key, q.Path)
+				// The agent is waiting for its last command: its
+				// container is running.
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				ids, _ := e.d.Docker(ctx, "ps", "-q")
+				out, err := e.d.Docker(ctx, append([]string{"inspect"}, strings.Fields(ids)...)...)
+				if err != nil || ids == "" {
+					out = fmt.Sprintf("docker inspect of %q failed: %v", ids, err)
 				}
+				inspected <- out
 			}
-			if len(last.Results) != 3 {
-				t.Fatalf("the conversation ended with %d command results, want 3: %+v\nstderr:\n%s", len(last.Results), reqs, errOut)
+			var ln net.Listener
+			if err := e.d.NetNS.Do(func(ns.NetNS) error {
+				var err error
+				ln, err = net.Listen("tcp", net.JoinHostPort(judgeAddr.String(), strconv.Itoa(apiPort)))
+				return err
+			}); err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(last.Results[0], "REFUSED-AS-IT-SHOULD") || strings.Contains(last.Results[0], "forbidden answered") {
-				t.Errorf("the forbidden fetch: %q", last.Results[0])
+			srv := &http.Server{Handler: ac.api(conv), ReadHeaderTimeout: 10 * time.Second}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			apiURL := "http://" + ln.Addr().String()
+
+			px := proxyStartAt(t, e.d.NetNS.Path(), judgeAddr.String(), proxyPort, bin, []string{"SFORGE_TEST_REAL_KEY=" + key},
+				"--target", apiURL, "--api-key-env", "SFORGE_TEST_REAL_KEY", "--agent", ac.profile)
+
+			dir := t.TempDir()
+			task := fmt.Sprintf(`{"name":"%s-e2e","image":%q,"agent_query":"Run the three steps.","internet":false,"timeout":"3m"}`, ac.profile, image)
+			if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(last.Results[1], "verdict: accepted") {
-				t.Errorf("the Judge submission: %q", last.Results[1])
+			const userPlaceholder = "placeholder-for-the-proxy"
+			for _, mode := range []struct {
+				name  string
+				base  string
+				env   []string
+				flags []string
+				// inContainer is the key the agent reads.
+				inContainer string
+			}{
+				{"direct", apiURL, []string{ac.keyEnv + "=" + key}, nil, key},
+				{"sforge proxy --agent", px.url, []string{ac.keyEnv + "=" + userPlaceholder}, nil, userPlaceholder},
+				{"--api-proxy --api-key-env", apiURL, []string{ac.keyEnv + "=" + key}, []string{"--api-proxy", "--api-key-env", ac.keyEnv}, launcher.KeyPlaceholder},
+			} {
+				t.Run(mode.name, func(t *testing.T) {
+					before := len(conv.Requests())
+					e.mu.Lock()
+					e.submissions = nil
+					e.mu.Unlock()
+					env := append([]string{launcher.EnvAPIBaseURL + "=" + mode.base + ac.basePath}, mode.env...)
+					report := filepath.Join(t.TempDir(), "report.json")
+					r := e.startSforgeInNetNS(t, env, append([]string{"--task", dir, "--agent", ac.profile, "--disable-internet", "--judge-url", e.judgeURL, "--report", report}, mode.flags...)...)
+					code := r.wait(t, 4*time.Minute)
+					out, errOut := r.stdout.String(), r.stderr.String()
+					if code != 0 || !strings.Contains(out, "done") {
+						t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s\nproxy:\n%s", code, out, errOut, px.logs)
+					}
+					last, ok := conv.LastTurn(before)
+					if !ok || len(last.Results) != 3 {
+						t.Fatalf("the conversation ended with %d command results, want 3: %+v\nstderr:\n%s", len(last.Results), conv.Requests()[before:], errOut)
+					}
+					for _, q := range conv.Requests()[before:] {
+						if q.Turn && q.Key != key {
+							t.Errorf("the API got key %q on %s, want the real one", q.Key, q.Path)
+						}
+					}
+					if !strings.Contains(last.Results[0], "REFUSED-AS-IT-SHOULD") || strings.Contains(last.Results[0], "forbidden answered") {
+						t.Errorf("the forbidden fetch: %q", last.Results[0])
+					}
+					if !strings.Contains(last.Results[1], "verdict: accepted") {
+						t.Errorf("the Judge submission: %q", last.Results[1])
+					}
+					e.mu.Lock()
+					subs := strings.Join(e.submissions, "\n")
+					e.mu.Unlock()
+					if !strings.Contains(subs, "answer-from-"+ac.profile) {
+						t.Errorf("the Judge got %q", subs)
+					}
+					agentEnv := last.Results[2]
+					if !strings.Contains(agentEnv, ac.keyEnv+"="+mode.inContainer+"\n") {
+						t.Errorf("the agent's %s is not %q:\n%s", ac.keyEnv, mode.inContainer, agentEnv)
+					}
+					select {
+					case inspect := <-inspected:
+						if !strings.Contains(inspect, ac.keyEnv+"="+mode.inContainer) {
+							t.Errorf("docker inspect of the running container lacks %s=%s:\n%s", ac.keyEnv, mode.inContainer, inspect)
+						}
+						if mode.inContainer != key && strings.Contains(inspect, key) {
+							t.Errorf("the real key is in docker inspect of the running container:\n%s", inspect)
+						}
+					default:
+						t.Error("the stand-in never saw the agent wait for its last command")
+					}
+					if mode.inContainer != key && strings.Contains(agentEnv, key) {
+						t.Errorf("the real key is in the container:\n%s", agentEnv)
+					}
+					// Nothing but the script's fetch was refused: the
+					// agent tried no other destination and looked up no
+					// name (update checks, telemetry, error reports).
+					rep := readReport(t, report)
+					blocked, _ := rep["blocked"].([]any)
+					for _, b := range blocked {
+						if d, _ := b.(map[string]any)["destination"].(string); d != forbiddenAddr.String() {
+							t.Errorf("a destination other than the forbidden fetch's was refused: %v", b)
+						}
+					}
+					if len(blocked) == 0 {
+						t.Errorf("the report holds no refused destination, want the forbidden fetch's: %v", rep)
+					}
+					if names, _ := rep["blocked_names"].([]any); len(names) != 0 {
+						t.Errorf("the agent looked up names it may not reach: %v", names)
+					}
+					e.requireNoContainers(t)
+				})
 			}
-			e.mu.Lock()
-			subs := strings.Join(e.submissions, "\n")
-			e.mu.Unlock()
-			if !strings.Contains(subs, "answer-from-claude") {
-				t.Errorf("the Judge got %q", subs)
-			}
-			agentEnv := last.Results[2]
-			if !strings.Contains(agentEnv, "ANTHROPIC_API_KEY="+mode.inContainer+"\n") {
-				t.Errorf("the agent's ANTHROPIC_API_KEY is not %q:\n%s", mode.inContainer, agentEnv)
-			}
-			if mode.inContainer != key && strings.Contains(agentEnv, key) {
-				t.Errorf("the real key is in the container:\n%s", agentEnv)
-			}
-			e.requireNoContainers(t)
 		})
 	}
 }

@@ -73,7 +73,7 @@ func (l *proxyLog) String() string {
 // proxyProc is a running `sforge proxy`.
 type proxyProc struct {
 	cmd  *exec.Cmd
-	url  string // http://127.0.0.1:PORT
+	url  string // http://ADDR:PORT
 	logs *proxyLog
 	done chan error
 }
@@ -83,11 +83,20 @@ type proxyProc struct {
 // listens. The test's cleanup stops it by PID.
 func proxyStart(t *testing.T, bin string, env []string, args ...string) *proxyProc {
 	t.Helper()
-	port := proxyFreePort(t)
-	args = append([]string{"proxy", "--listen", "127.0.0.1", "--port", strconv.Itoa(port)}, args...)
+	return proxyStartAt(t, "", "127.0.0.1", proxyFreePort(t), bin, env, args...)
+}
+
+// proxyStartAt is proxyStart on addr:port in the network namespace netns
+// ("" for this one).
+func proxyStartAt(t *testing.T, netns, addr string, port int, bin string, env []string, args ...string) *proxyProc {
+	t.Helper()
+	argv := append([]string{bin, "proxy", "--listen", addr, "--port", strconv.Itoa(port)}, args...)
+	if netns != "" {
+		argv = append([]string{"nsenter", "--net=" + netns, "--"}, argv...)
+	}
 	p := &proxyProc{
-		cmd:  exec.Command(bin, args...),
-		url:  fmt.Sprintf("http://127.0.0.1:%d", port),
+		cmd:  exec.Command(argv[0], argv[1:]...),
+		url:  "http://" + net.JoinHostPort(addr, strconv.Itoa(port)),
 		logs: &proxyLog{},
 		done: make(chan error, 1),
 	}

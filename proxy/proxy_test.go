@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -529,4 +530,55 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 	px.done <- nil
+}
+
+// TestStreamsOnKeptAliveConnections: streamed replies to large requests
+// (an agent resends its whole conversation each turn), one after another on
+// kept-alive connections, arrive whole, also when the upstream closes its
+// connection after every third reply, as some servers do.
+func TestStreamsOnKeptAliveConnections(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[string]bool{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		conns[r.RemoteAddr] = true
+		mu.Unlock()
+		i := r.URL.Query().Get("i")
+		if strings.HasSuffix(i, "2") || strings.HasSuffix(i, "5") || strings.HasSuffix(i, "8") {
+			w.Header().Set("Connection", "close")
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for k := range 3 {
+			fmt.Fprintf(w, "data: {\"i\":%s,\"part\":%d,\"got\":%d}\n\n", i, k, n)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(up.Close)
+	px := startProxy(t, nil, Config{Target: mustURL(t, up.URL), RootCAs: x509.NewCertPool(), DialContext: (&net.Dialer{}).DialContext})
+	body := strings.Repeat("x", 64<<10)
+	const requests = 100
+	for i := range requests {
+		resp, err := http.Post(fmt.Sprintf("%s/v1beta/models/m:streamGenerateContent?alt=sse&i=%d", px.url, i), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("request %d: the stream was cut: %v after %q\nlogs:\n%s", i, err, got, px.logs)
+		}
+		want := fmt.Sprintf("data: {\"i\":%d,\"part\":2,\"got\":%d}\n\n", i, len(body))
+		if !strings.HasSuffix(string(got), want) || strings.Count(string(got), "data: ") != 3 {
+			t.Fatalf("request %d: got %q, want three events ending with %q", i, got, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) >= requests {
+		t.Errorf("the proxy opened %d upstream connections for %d requests: it kept none alive", len(conns), requests)
+	}
+	if strings.Contains(px.logs.String(), "error") {
+		t.Errorf("the proxy logged an error:\n%s", px.logs)
+	}
 }

@@ -8,6 +8,8 @@ set -euo pipefail
 CACHE=${SFORGE_AGENTS_CACHE:-/var/cache/sforge/agents}
 PACKAGES=(
   "@anthropic-ai/claude-code@${SFORGE_CLAUDE_CODE_VERSION:-2.1.197}"
+  "@openai/codex@${SFORGE_CODEX_VERSION:-0.171.0}"
+  "@google/gemini-cli@${SFORGE_GEMINI_CLI_VERSION:-0.61.0}"
 )
 
 command -v npm >/dev/null || { echo "hack/agents/install.sh: npm is missing (make deps installs it)" >&2; exit 1; }

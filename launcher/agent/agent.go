@@ -98,9 +98,11 @@ var builtins = map[string]Profile{
 		// container; the container is the sandbox. The workspace need not
 		// be a git repository.
 		// It reads its base URL from the config key openai_base_url
-		// only (OPENAI_BASE_URL is set for older releases).
+		// only (OPENAI_BASE_URL is set for older releases). Analytics
+		// (chatgpt.com, ab.chatgpt.com) and the plugin marketplace's sync
+		// (github.com) are off: only the API.
 		Command: []string{"codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-			"-c", "openai_base_url=" + BaseURLPlaceholder, QueryPlaceholder},
+			"-c", "openai_base_url=" + BaseURLPlaceholder, "-c", "analytics.enabled=false", "-c", "features.plugins=false", QueryPlaceholder},
 		PassEnv:      []string{"OPENAI_API_KEY", "CODEX_API_KEY"},
 		APIKeyHeader: "Authorization",
 		// `codex exec` authenticates with CODEX_API_KEY only.
@@ -122,7 +124,8 @@ var builtins = map[string]Profile{
 		PassEnv:      []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"},
 		APIKeyHeader: "X-Goog-Api-Key",
 		APIKeyEnv:    "GEMINI_API_KEY",
-		Requires:     []string{"sh", "gemini", "node"},
+		// Its shell tool runs bash -c.
+		Requires: []string{"sh", "gemini", "node", "bash"},
 	},
 	Generic: {
 		Name: Generic,

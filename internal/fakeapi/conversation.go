@@ -1,0 +1,135 @@
+// Package fakeapi is a stand-in for an AI provider's API that drives a real
+// agent CLI through a scripted conversation: each reply asks the agent to
+// run the next shell command of the script, and once every command's
+// result is back, the reply ends the turn with the text "done". It speaks
+// the wire format each CLI expects (Anthropic's Messages API, OpenAI's
+// Responses API, Gemini's generateContent) and records every request, so a
+// test can assert what the agent sent (its key, the results of its
+// commands).
+package fakeapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// Request is what the stand-in saw of one request.
+type Request struct {
+	Method, Path string
+	// Key is the credential the request carried (x-api-key,
+	// x-goog-api-key, or the bearer token of Authorization).
+	Key string
+	// Results are the outputs of the script's commands the conversation
+	// holds so far, in order.
+	Results []string
+	// Turn is true for a request the script answers: the agent's main
+	// conversation, not a side request (a title, a classifier, ...).
+	Turn bool
+}
+
+// Conversation is one script, served in the wire format of one provider
+// by the handler that Anthropic, OpenAI or Gemini returns.
+type Conversation struct {
+	Script []string
+	// OnRequest, if set, runs after a request is recorded and before it
+	// is answered, while the agent waits: the moment to look at the
+	// running container.
+	OnRequest func(Request)
+
+	mu   sync.Mutex
+	seen []Request
+}
+
+// Requests returns what was seen so far.
+func (c *Conversation) Requests() []Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Request(nil), c.seen...)
+}
+
+// LastTurn returns the last request the script answered.
+func (c *Conversation) LastTurn(since int) (Request, bool) {
+	reqs := c.Requests()
+	for i := len(reqs) - 1; i >= since && i >= 0; i-- {
+		if reqs[i].Turn {
+			return reqs[i], true
+		}
+	}
+	return Request{}, false
+}
+
+// record notes a request and returns the next command, or "" once every
+// result is back.
+func (c *Conversation) record(r *http.Request, key string, results []string, turn bool) string {
+	q := Request{Method: r.Method, Path: r.URL.Path, Key: key, Results: results, Turn: turn}
+	c.mu.Lock()
+	c.seen = append(c.seen, q)
+	c.mu.Unlock()
+	if c.OnRequest != nil {
+		c.OnRequest(q)
+	}
+	if n := len(results); n < len(c.Script) {
+		return c.Script[n]
+	}
+	return ""
+}
+
+// sse writes one server-sent event (a bare data line when name is "") and
+// flushes it.
+func sse(w http.ResponseWriter, name string, v any) {
+	d, _ := json.Marshal(v)
+	if name != "" {
+		fmt.Fprintf(w, "event: %s\n", name)
+	}
+	fmt.Fprintf(w, "data: %s\n\n", d)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func startSSE(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// text is the text of a tool's output: a string, text blocks, or an object
+// with an "output" string; anything else as JSON.
+func text(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &blocks) == nil {
+		var b strings.Builder
+		for _, x := range blocks {
+			b.WriteString(x.Text)
+		}
+		return b.String()
+	}
+	var obj struct {
+		Output *string `json:"output"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Output != nil {
+		return *obj.Output
+	}
+	return string(raw)
+}
+
+func bearer(h string) string {
+	s, _ := strings.CutPrefix(h, "Bearer ")
+	if s == h {
+		return ""
+	}
+	return s
+}
