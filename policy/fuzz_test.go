@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -67,6 +68,45 @@ func FuzzParseTarget(f *testing.F) {
 		again, err := ParseTarget("--judge-url", fmt.Sprintf("%s://%s:%s", tg.Scheme, tg.Host, strconv.Itoa(int(tg.Port))))
 		if err != nil || again != tg {
 			t.Fatalf("%q -> %+v does not round-trip: %+v, %v", raw, tg, again, err)
+		}
+	})
+}
+
+// FuzzDomainPattern: parsing an allowed domain never panics; an accepted
+// pattern re-parses to itself, matches only names CheckHost accepts, and
+// a wildcard never matches its own parent.
+func FuzzDomainPattern(f *testing.F) {
+	for _, s := range [][2]string{
+		{"example.com", "example.com"}, {"*.example.com", "api.example.com"}, {"*.example.com", "example.com"},
+		{"API.Example.com.", "api.example.com"}, {"*.com", "a.com"}, {"10.0.0.1", "10.0.0.1"}, {"a.*.b", "a.x.b"},
+		{"example.com", "example.com.evil.net"}, {"*.example.com", "badexample.com"}, {"", ""},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, host string) {
+		d, err := ParseDomainPattern("--allow-domain", pattern)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "--allow-domain ") {
+				t.Fatalf("error does not name the field: %v", err)
+			}
+			return
+		}
+		again, err := ParseDomainPattern("--allow-domain", d.String())
+		if err != nil || again != d {
+			t.Fatalf("%q -> %v does not round-trip: %v, %v", pattern, d, again, err)
+		}
+		if !d.Match(host) {
+			return
+		}
+		h := strings.TrimSuffix(strings.ToLower(host), ".")
+		if CheckHost(h) != nil {
+			t.Fatalf("%v matches %q, which is not a valid name", d, host)
+		}
+		if d.Wildcard && h == d.Name {
+			t.Fatalf("%v matches its parent %q", d, host)
+		}
+		if !d.Wildcard && h != d.Name {
+			t.Fatalf("%v matches another name %q", d, host)
 		}
 	})
 }

@@ -1,0 +1,468 @@
+// Package egress is sforge's allowlisting forward proxy: the one way out
+// of an isolated container to the names of a domain allowlist. It serves
+// HTTP CONNECT for TLS, where the ClientHello's SNI must be the CONNECT
+// host (no domain fronting, no Encrypted Client Hello), and absolute-form
+// plain HTTP, whose Host upstream is always the request target's. Names are
+// resolved at each connection, so rotating addresses keep working, and an
+// address of this host or its networks is refused unless it is on the
+// allowlist (no DNS rebinding into the host). Every decision is logged as
+// one line and every refusal counted.
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+// Defaults of the bounds.
+const (
+	DefaultMaxConns    = 256
+	DefaultIdleTimeout = 5 * time.Minute
+	DefaultMaxDuration = 2 * time.Hour
+	helloTimeout       = 15 * time.Second
+	resolveTimeout     = 10 * time.Second
+	dialTimeout        = 30 * time.Second
+	maxHeaderBytes     = 64 << 10
+)
+
+// Config is what the proxy allows and how it reaches the outside.
+type Config struct {
+	// Allow is the domain allowlist.
+	Allow []policy.DomainPattern
+	// AllowAddrs are the allowlist's addresses: an IP literal may be
+	// reached only if it is one of them, and so may an address in a
+	// refused range that a name resolves to.
+	AllowAddrs []policy.Endpoint
+	// Resolve overrides the lookup of a name (--resolve NAME=ADDR).
+	Resolve map[string][]netip.Addr
+	// Resolver looks names up at each connection (default
+	// net.DefaultResolver).
+	Resolver Resolver
+	// RefuseNets are refused as destinations of a listed name, besides
+	// loopback, link-local, multicast and unspecified: this host's
+	// networks (HostNetworks).
+	RefuseNets []netip.Prefix
+	// AllowFrom are the clients that may connect; nil: nobody.
+	AllowFrom []netip.Prefix
+	// Proxy is the upstream forward proxy for a request (default
+	// http.ProxyFromEnvironment: HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
+	Proxy func(*http.Request) (*url.URL, error)
+	// Dial connects upstream (default a net.Dialer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxConns bounds the clients' connections at once; IdleTimeout ends a
+	// tunnel with no traffic either way; MaxDuration ends any connection.
+	MaxConns    int
+	IdleTimeout time.Duration
+	MaxDuration time.Duration
+	Logger      *slog.Logger
+}
+
+// Denial is one refused destination and how often it was refused.
+type Denial struct {
+	Host   string `json:"host"`
+	Reason string `json:"reason"`
+	Count  int    `json:"count"`
+}
+
+// Proxy is the allowlisting forward proxy; it is an http.Handler.
+type Proxy struct {
+	c         Config
+	log       *slog.Logger
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+
+	mu      sync.Mutex
+	denials map[[2]string]int
+	allowed int
+}
+
+// New checks c and builds a Proxy.
+func New(c Config) (*Proxy, error) {
+	if len(c.Allow) == 0 && len(c.AllowAddrs) == 0 {
+		return nil, errors.New("egress proxy: nothing is allowed: give at least one domain (--allow-domain)")
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
+	if c.Proxy == nil {
+		c.Proxy = http.ProxyFromEnvironment
+	}
+	if c.Dial == nil {
+		c.Dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxDuration <= 0 {
+		c.MaxDuration = DefaultMaxDuration
+	}
+	for name, addrs := range c.Resolve {
+		if err := policy.CheckHost(name); err != nil || len(addrs) == 0 {
+			return nil, fmt.Errorf("egress proxy: --resolve %s: want NAME=ADDRESS with a valid name", name)
+		}
+	}
+	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}}
+	if p.log == nil {
+		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p.transport = &http.Transport{
+		Proxy:                  c.Proxy,
+		DialContext:            p.dialChecked,
+		MaxIdleConns:           64,
+		IdleConnTimeout:        90 * time.Second,
+		DisableCompression:     true,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The target is the absolute URL the client asked for.
+			pr.Out.URL = pr.In.URL
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del("Proxy-Authorization")
+		},
+		Transport:     p.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var ref *refusal
+			if errors.As(err, &ref) {
+				p.deny(w, r, hostOf(r), ref.reason)
+				return
+			}
+			p.log.Warn("failed to reach upstream", "client", r.RemoteAddr, "host", r.URL.Host, "err", err)
+			http.Error(w, "sforge egress proxy: failed to reach "+r.URL.Host+": "+err.Error(), http.StatusBadGateway)
+		},
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// Serve answers clients on ln until ctx ends, then closes the tunnels.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       p.c.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			_ = srv.Close()
+		case <-done:
+		}
+	}()
+	err := srv.Serve(netutil.LimitListener(ln, p.c.MaxConns))
+	close(done)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Denials returns the refused destinations, most refused first.
+func (p *Proxy) Denials() []Denial {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Denial, 0, len(p.denials))
+	for k, n := range p.denials {
+		out = append(out, Denial{Host: k[0], Reason: k[1], Count: n})
+	}
+	slices.SortFunc(out, func(a, b Denial) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(a.Host+a.Reason, b.Host+b.Reason)
+	})
+	return out
+}
+
+// Allowed is how many connections and requests were let through.
+func (p *Proxy) Allowed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allowed
+}
+
+func (p *Proxy) count(host, reason string) {
+	p.mu.Lock()
+	p.denials[[2]string{host, reason}]++
+	p.mu.Unlock()
+}
+
+func (p *Proxy) noteAllowed() {
+	p.mu.Lock()
+	p.allowed++
+	p.mu.Unlock()
+}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case !p.clientAllowed(r.RemoteAddr):
+		p.log.Warn("refused", "client", r.RemoteAddr, "method", r.Method, "host", r.Host, "reason", "client not allowed")
+		http.Error(w, "sforge egress proxy: this client may not use the proxy", http.StatusForbidden)
+	case r.Method == http.MethodConnect:
+		p.connect(w, r)
+	case r.URL.IsAbs() && r.URL.Scheme == "http":
+		p.plain(w, r)
+	case r.URL.IsAbs():
+		p.deny(w, r, hostOf(r), fmt.Sprintf("scheme %q: only http:// requests and CONNECT for TLS are proxied", r.URL.Scheme))
+	default:
+		http.Error(w, "sforge egress proxy: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT host:port", http.StatusBadRequest)
+	}
+}
+
+func (p *Proxy) clientAllowed(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	for _, n := range p.c.AllowFrom {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// deny answers 403 with the reason, logs it and counts it.
+func (p *Proxy) deny(w http.ResponseWriter, r *http.Request, host, reason string) {
+	p.refused(r, host, reason)
+	http.Error(w, "sforge egress proxy: refused: "+reason, http.StatusForbidden)
+}
+
+func (p *Proxy) refused(r *http.Request, host, reason string) {
+	p.count(host, reason)
+	p.log.Info("refused", "client", r.RemoteAddr, "method", r.Method, "host", host, "reason", reason)
+}
+
+func hostOf(r *http.Request) string {
+	if r.URL != nil && r.URL.Host != "" {
+		return r.URL.Host
+	}
+	return r.Host
+}
+
+// plain forwards an absolute-form http:// request. The upstream's Host is
+// the target's host whatever Host the client sent: net/http's server
+// replaces it, as RFC 9112 asks of a proxy, so Host cannot front
+// another site.
+func (p *Proxy) plain(w http.ResponseWriter, r *http.Request) {
+	host, port, err := SplitAuthority(r.URL.Host, 80)
+	if err != nil {
+		p.deny(w, r, r.URL.Host, err.Error())
+		return
+	}
+	// Checked here for the log line and the 403; dialChecked checks again
+	// at each dial (a kept-alive connection is reused only for its host).
+	if _, err := p.destinations(r.Context(), host, port); err != nil {
+		p.deny(w, r, host, err.Error())
+		return
+	}
+	p.noteAllowed()
+	p.log.Info("allowed", "client", r.RemoteAddr, "method", r.Method, "host", host, "port", port)
+	p.rp.ServeHTTP(w, r)
+}
+
+// dialChecked is the plain-HTTP transport's dial: the checks of
+// destinations, at each connection.
+func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := SplitAuthority(addr, 0)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := p.destinations(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	return p.dialAny(ctx, addrs, port)
+}
+
+func (p *Proxy) dialAny(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, error) {
+	var errs []error
+	for _, a := range addrs {
+		c, err := p.c.Dial(ctx, "tcp", netip.AddrPortFrom(a, port).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// connect serves CONNECT host:port: the name is checked, the client is
+// told the tunnel is up, its ClientHello is read and checked, and only
+// then is the upstream dialled and the hello replayed to it.
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	host, port, err := SplitAuthority(r.Host, 0)
+	if err != nil {
+		p.deny(w, r, r.Host, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.c.MaxDuration)
+	defer cancel()
+	upURL := &url.URL{Scheme: "https", Host: r.Host}
+	via, err := p.c.Proxy(&http.Request{Method: http.MethodConnect, URL: upURL, Host: r.Host, Header: http.Header{}})
+	if err != nil {
+		http.Error(w, "sforge egress proxy: the upstream proxy setting is not valid: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	var addrs []netip.Addr
+	if via == nil {
+		if addrs, err = p.destinations(ctx, host, port); err != nil {
+			p.deny(w, r, host, err.Error())
+			return
+		}
+	} else if !policy.MatchDomain(p.c.Allow, host) && !p.literalListed(host, port) {
+		// The upstream proxy resolves; the name must still be listed.
+		p.deny(w, r, host, host+" is not on the domain allowlist")
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "sforge egress proxy: CONNECT needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+		return
+	}
+	client, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	in := io.MultiReader(io.LimitReader(brw.Reader, int64(brw.Reader.Buffered())), client)
+	_ = client.SetReadDeadline(time.Now().Add(helloTimeout))
+	hctx, hcancel := context.WithTimeout(ctx, helloTimeout)
+	hello, replay, err := ReadHello(hctx, in)
+	hcancel()
+	_ = client.SetReadDeadline(time.Time{})
+	reason := ""
+	switch {
+	case err != nil:
+		reason = "the tunnel does not start with a TLS ClientHello (CONNECT is for TLS; send plain HTTP as absolute-form requests)"
+	case hello.ECH:
+		reason = "the ClientHello carries Encrypted Client Hello, whose outer name can front another site"
+	case hello.ServerName == "":
+		reason = "the ClientHello has no server name (SNI)"
+	case !strings.EqualFold(strings.TrimSuffix(hello.ServerName, "."), host):
+		reason = fmt.Sprintf("the ClientHello's server name %q is not the CONNECT host %q (domain fronting)", hello.ServerName, host)
+	}
+	if reason != "" {
+		p.refused(r, host, reason)
+		return // closing the tunnel is the refusal: the 200 is out
+	}
+	var up net.Conn
+	if via == nil {
+		up, err = p.dialAny(ctx, addrs, port)
+	} else {
+		up, err = p.dialVia(ctx, via, r.Host)
+	}
+	if err != nil {
+		p.log.Warn("failed to reach upstream", "client", r.RemoteAddr, "host", host, "port", port, "err", err)
+		return
+	}
+	defer up.Close()
+	if _, err := up.Write(replay); err != nil {
+		return
+	}
+	p.noteAllowed()
+	p.log.Info("allowed", "client", r.RemoteAddr, "method", "CONNECT", "host", host, "port", port, "sni", hello.ServerName, "via", redacted(via))
+	start := time.Now()
+	up2c, c2up := p.tunnel(ctx, client, up, in)
+	p.log.Info("tunnel closed", "client", r.RemoteAddr, "host", host, "port", port, "bytes_up", c2up, "bytes_down", up2c, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+func (p *Proxy) literalListed(host string, port uint16) bool {
+	a, err := netip.ParseAddr(host)
+	return err == nil && p.listedAddr(a, port)
+}
+
+func redacted(u *url.URL) string {
+	if u == nil {
+		return "direct"
+	}
+	return u.Redacted()
+}
+
+// dialVia opens a tunnel to authority through an upstream forward proxy
+// (a corporate one) with CONNECT.
+func (p *Proxy) dialVia(ctx context.Context, via *url.URL, authority string) (net.Conn, error) {
+	if via.Scheme != "http" {
+		return nil, fmt.Errorf("upstream proxy %s: only http:// proxies are supported", via.Redacted())
+	}
+	addr := via.Host
+	if via.Port() == "" {
+		addr = net.JoinHostPort(via.Hostname(), "80")
+	}
+	c, err := p.c.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("upstream proxy %s: %w", via.Redacted(), err)
+	}
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: authority}, Host: authority, Header: http.Header{}}
+	if u := via.User; u != nil {
+		pw, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pw)
+		req.Header.Set("Proxy-Authorization", req.Header.Get("Authorization"))
+		req.Header.Del("Authorization")
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if err := req.Write(c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream proxy %s: %w", via.Redacted(), err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream proxy %s: %w", via.Redacted(), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		return nil, fmt.Errorf("upstream proxy %s refused CONNECT %s: %s", via.Redacted(), authority, resp.Status)
+	}
+	_ = c.SetDeadline(time.Time{})
+	if br.Buffered() > 0 {
+		return &bufferedConn{Conn: c, r: br}, nil
+	}
+	return c, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }

@@ -1,0 +1,432 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/policy"
+)
+
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// upstream is a TLS and a plain HTTP server on 127.0.0.1 that name
+// themselves in their answers.
+type upstream struct {
+	tls, plain *httptest.Server
+	tlsPort    uint16
+	plainPort  uint16
+}
+
+func newUpstream(t *testing.T, name string) *upstream {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s answered %s %s host=%s", name, r.Method, r.URL.Path, r.Host)
+	})
+	u := &upstream{tls: httptest.NewTLSServer(h), plain: httptest.NewServer(h)}
+	t.Cleanup(u.tls.Close)
+	t.Cleanup(u.plain.Close)
+	u.tlsPort = port(t, u.tls.Listener.Addr())
+	u.plainPort = port(t, u.plain.Listener.Addr())
+	return u
+}
+
+func port(t *testing.T, a net.Addr) uint16 {
+	p, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Port()
+}
+
+func endpoint(t *testing.T, addr string, port uint16) policy.Endpoint {
+	e, err := policy.HostEndpoint(netip.MustParseAddr(addr), policy.TCP, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func patterns(t *testing.T, s ...string) []policy.DomainPattern {
+	d, err := policy.ParseDomainPatterns("--allow-domain", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+type running struct {
+	p    *Proxy
+	addr string
+	url  *url.URL
+	logs *logBuf
+}
+
+// start runs a proxy on loopback. The upstream's loopback address is
+// listed (the test's "internet" is this machine's loopback), and no
+// upstream proxy is used unless c says so.
+func start(t *testing.T, c Config) *running {
+	t.Helper()
+	logs := &logBuf{}
+	c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	if c.AllowFrom == nil {
+		c.AllowFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}
+	if c.Proxy == nil {
+		c.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	}
+	p, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the proxy did not stop")
+		}
+	})
+	return &running{p: p, addr: ln.Addr().String(), url: &url.URL{Scheme: "http", Host: ln.Addr().String()}, logs: logs}
+}
+
+// client goes through the proxy and trusts any certificate: what is
+// checked is the proxy, not the upstream's name.
+func (r *running) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:           http.ProxyURL(r.url),
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string, error) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// rawConnect opens a tunnel to authority by hand and runs a TLS handshake
+// with cfg through it.
+func (r *running) rawConnect(t *testing.T, authority string, cfg *tls.Config) (int, error) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", r.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, nil
+	}
+	tc := tls.Client(&bufferedConn{Conn: c, r: br}, cfg)
+	return resp.StatusCode, tc.Handshake()
+}
+
+func TestAllowedAndRefused(t *testing.T) {
+	up := newUpstream(t, "allowed")
+	r := start(t, Config{
+		Allow:      patterns(t, "allowed.test", "*.wild.test", "rebind.test", "meta.test"),
+		AllowAddrs: []policy.Endpoint{endpoint(t, "127.0.0.1", up.tlsPort), endpoint(t, "127.0.0.1", up.plainPort)},
+		Resolve: map[string][]netip.Addr{
+			"allowed.test":   {netip.MustParseAddr("127.0.0.1")},
+			"api.wild.test":  {netip.MustParseAddr("127.0.0.1")},
+			"rebind.test":    {netip.MustParseAddr("127.0.0.9")},
+			"meta.test":      {netip.MustParseAddr("169.254.169.254")},
+			"notlisted.test": {netip.MustParseAddr("127.0.0.1")},
+			"wild.test":      {netip.MustParseAddr("127.0.0.1")},
+		},
+	})
+	c := r.client()
+	tlsURL := func(host string) string { return fmt.Sprintf("https://%s:%d/x", host, up.tlsPort) }
+	plainURL := func(host string) string { return fmt.Sprintf("http://%s:%d/y", host, up.plainPort) }
+
+	t.Run("allowed name through CONNECT", func(t *testing.T) {
+		code, body, err := get(t, c, tlsURL("allowed.test"))
+		if err != nil || code != 200 || !strings.Contains(body, "allowed answered GET /x") {
+			t.Fatalf("%d %q %v\n%s", code, body, err, r.logs)
+		}
+	})
+	t.Run("a wildcard's subdomain", func(t *testing.T) {
+		code, body, err := get(t, c, tlsURL("api.wild.test"))
+		if err != nil || code != 200 || !strings.Contains(body, "allowed answered") {
+			t.Fatalf("%d %q %v", code, body, err)
+		}
+	})
+	t.Run("allowed name as plain HTTP", func(t *testing.T) {
+		code, body, err := get(t, c, plainURL("allowed.test"))
+		if err != nil || code != 200 || !strings.Contains(body, "allowed answered GET /y") {
+			t.Fatalf("%d %q %v\n%s", code, body, err, r.logs)
+		}
+	})
+	for _, tc := range []struct{ name, host, reason string }{
+		{"a name not on the list", "notlisted.test", "notlisted.test is not on the domain allowlist"},
+		{"a wildcard's parent", "wild.test", "wild.test is not on the domain allowlist"},
+		{"an IP literal not on the allowlist", "127.0.0.2", "127.0.0.2 is an IP address that is not on the allowlist"},
+		{"a listed name on loopback", "rebind.test", "resolves only to addresses of this host or its networks (127.0.0.9)"},
+		{"a listed name on the metadata address", "meta.test", "(169.254.169.254)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, u := range []string{tlsURL(tc.host), plainURL(tc.host)} {
+				code, body, err := get(t, c, u)
+				if err == nil && code == 200 {
+					t.Fatalf("%s: reached: %q", u, body)
+				}
+			}
+			code, err := r.rawConnect(t, net.JoinHostPort(tc.host, strconv.Itoa(int(up.tlsPort))), &tls.Config{ServerName: "x", InsecureSkipVerify: true})
+			if code != http.StatusForbidden {
+				t.Fatalf("CONNECT: %d %v", code, err)
+			}
+			if !strings.Contains(r.logs.String(), tc.reason) {
+				t.Fatalf("no log line with %q:\n%s", tc.reason, r.logs)
+			}
+		})
+	}
+	authority := net.JoinHostPort("allowed.test", strconv.Itoa(int(up.tlsPort)))
+	for _, tc := range []struct {
+		name   string
+		cfg    *tls.Config
+		reason string
+	}{
+		{"SNI is not the CONNECT host", &tls.Config{ServerName: "other.test", InsecureSkipVerify: true}, `server name "other.test" is not the CONNECT host "allowed.test"`},
+		{"no SNI", &tls.Config{InsecureSkipVerify: true}, "has no server name (SNI)"},
+		{"Encrypted Client Hello", &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true, EncryptedClientHelloConfigList: echConfigList(t, "allowed.test")}, "carries Encrypted Client Hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, err := r.rawConnect(t, authority, tc.cfg)
+			if code != 200 || err == nil {
+				t.Fatalf("the handshake went through: %d %v", code, err)
+			}
+			waitLog(t, r.logs, tc.reason)
+		})
+	}
+	t.Run("not TLS inside CONNECT", func(t *testing.T) {
+		conn, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nGET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", authority, authority)
+		rest, _ := io.ReadAll(conn)
+		if strings.Contains(string(rest), "allowed answered") {
+			t.Fatalf("plain HTTP went through the tunnel: %q", rest)
+		}
+		waitLog(t, r.logs, "does not start with a TLS ClientHello")
+	})
+	t.Run("Host is not the request's host", func(t *testing.T) {
+		conn, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "GET http://allowed.test:%d/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", up.plainPort)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if want := fmt.Sprintf("host=allowed.test:%d", up.plainPort); !strings.HasSuffix(string(body), want) {
+			t.Fatalf("the upstream saw %q, want %s", body, want)
+		}
+	})
+	t.Run("denials are counted", func(t *testing.T) {
+		var got []string
+		for _, d := range r.p.Denials() {
+			got = append(got, fmt.Sprintf("%s=%d", d.Host, d.Count))
+		}
+		s := strings.Join(got, " ")
+		for _, want := range []string{"notlisted.test=3", "rebind.test=3", "127.0.0.2=3"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("denials %s lack %s", s, want)
+			}
+		}
+		if r.p.Allowed() < 3 {
+			t.Errorf("allowed %d", r.p.Allowed())
+		}
+	})
+}
+
+func waitLog(t *testing.T, logs *logBuf, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	// slog's text handler escapes the quotes of a value.
+	escaped := strings.ReplaceAll(want, `"`, `\"`)
+	for !strings.Contains(logs.String(), want) && !strings.Contains(logs.String(), escaped) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q in 5s:\n%s", want, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rotating answers with each address in turn.
+type rotating struct {
+	addrs []netip.Addr
+	n     atomic.Int64
+}
+
+func (r *rotating) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	i := r.n.Add(1) - 1
+	return []netip.Addr{r.addrs[int(i)%len(r.addrs)]}, nil
+}
+
+// TestRotation: a name whose address changes between connections keeps
+// working, each connection going to the address the name has then.
+func TestRotation(t *testing.T) {
+	first := newUpstream(t, "first")
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", strconv.Itoa(int(first.tlsPort))))
+	if err != nil {
+		t.Skipf("127.0.0.2:%d is taken: %v", first.tlsPort, err)
+	}
+	second := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "second answered") }))
+	second.Listener.Close()
+	second.Listener = ln
+	second.StartTLS()
+	t.Cleanup(second.Close)
+	r := start(t, Config{
+		Allow:      patterns(t, "rotating.test"),
+		AllowAddrs: []policy.Endpoint{endpoint(t, "127.0.0.1", first.tlsPort), endpoint(t, "127.0.0.2", first.tlsPort)},
+		Resolver:   &rotating{addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}},
+	})
+	var got []string
+	for range 4 {
+		c := r.client() // a new connection each time
+		_, body, err := get(t, c, fmt.Sprintf("https://rotating.test:%d/", first.tlsPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strings.Fields(body)[0])
+	}
+	if strings.Join(got, " ") != "first second first second" {
+		t.Fatalf("answers %v, want each connection at the name's address of the moment", got)
+	}
+}
+
+// TestUpstreamProxy: with an upstream forward proxy (a corporate one),
+// tunnels go through it with CONNECT, and the allowlist still holds.
+func TestUpstreamProxy(t *testing.T) {
+	up := newUpstream(t, "behind")
+	var seen []string
+	var mu sync.Mutex
+	corp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Host+" auth="+r.Header.Get("Proxy-Authorization"))
+		mu.Unlock()
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		_, p, _ := net.SplitHostPort(r.Host)
+		dst, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", p)) // the corporate proxy resolves
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		c, _, _ := w.(http.Hijacker).Hijack()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\n")
+		go func() { io.Copy(dst, c); dst.Close() }()
+		io.Copy(c, dst)
+		c.Close()
+	}))
+	t.Cleanup(corp.Close)
+	corpURL, _ := url.Parse(corp.URL)
+	corpURL.User = url.UserPassword("u", "p")
+	r := start(t, Config{
+		Allow: patterns(t, "behind.test"),
+		Proxy: func(*http.Request) (*url.URL, error) { return corpURL, nil },
+	})
+	code, body, err := get(t, r.client(), fmt.Sprintf("https://behind.test:%d/z", up.tlsPort))
+	if err != nil || code != 200 || !strings.Contains(body, "behind answered GET /z") {
+		t.Fatalf("%d %q %v\n%s", code, body, err, r.logs)
+	}
+	if code, _ := r.rawConnect(t, fmt.Sprintf("other.test:%d", up.tlsPort), &tls.Config{ServerName: "other.test"}); code != http.StatusForbidden {
+		t.Fatalf("an unlisted name through the upstream proxy: %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || !strings.HasPrefix(seen[0], fmt.Sprintf("CONNECT behind.test:%d auth=Basic ", up.tlsPort)) {
+		t.Fatalf("the upstream proxy saw %v", seen)
+	}
+}
+
+func TestClientNotAllowed(t *testing.T) {
+	r := start(t, Config{Allow: patterns(t, "a.test"), AllowFrom: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	code, _, err := get(t, r.client(), "http://a.test/")
+	if err != nil || code != http.StatusForbidden {
+		t.Fatalf("%d %v", code, err)
+	}
+}
+
+func TestNewRefusesNothingAllowed(t *testing.T) {
+	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "--allow-domain") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// echConfigList is an ECHConfigList (RFC 9849) of one X25519 config with
+// publicName: enough for crypto/tls to send an Encrypted Client Hello.
+func echConfigList(t *testing.T, publicName string) []byte {
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := key.PublicKey().Bytes()
+	var c []byte
+	c = append(c, 1)                             // config_id
+	c = binary.BigEndian.AppendUint16(c, 0x0020) // KEM: DHKEM(X25519, HKDF-SHA256)
+	c = binary.BigEndian.AppendUint16(c, uint16(len(pub)))
+	c = append(c, pub...)
+	c = binary.BigEndian.AppendUint16(c, 4)      // cipher suites
+	c = binary.BigEndian.AppendUint16(c, 0x0001) // HKDF-SHA256
+	c = binary.BigEndian.AppendUint16(c, 0x0001) // AES-128-GCM
+	c = append(c, 0)                             // maximum_name_length
+	c = append(c, byte(len(publicName)))
+	c = append(c, publicName...)
+	c = binary.BigEndian.AppendUint16(c, 0) // extensions
+	var cfg []byte
+	cfg = binary.BigEndian.AppendUint16(cfg, extensionECH)
+	cfg = binary.BigEndian.AppendUint16(cfg, uint16(len(c)))
+	cfg = append(cfg, c...)
+	return append(binary.BigEndian.AppendUint16(nil, uint16(len(cfg))), cfg...)
+}
