@@ -25,7 +25,7 @@ type allowlistFlags struct {
 
 func (f *allowlistFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.judgeURL, "judge-url", "", "URL of the Judge server (required), e.g. http://10.0.0.12:8080")
-	fs.StringArrayVar(&f.apiURLs, "api-url", nil, "URL of the agent API or of a `sforge proxy` in front of it (repeatable)")
+	fs.StringArrayVar(&f.apiURLs, "api-url", nil, "URL of the agent API or of a sforge proxy in front of it (repeatable)")
 	fs.StringArrayVar(&f.dns, "dns", nil, "IPv4 address of a DNS resolver to allow on port 53 (repeatable; 127.0.0.11 is Docker's embedded one)")
 	fs.StringVar(&f.action, "action", string(policy.Reject), "what happens to forbidden traffic: reject (immediate error) or drop (silent)")
 	fs.DurationVar(&f.timeout, "resolve-timeout", policy.DefaultResolveTimeout, "how long resolving the URLs' hostnames may take")

@@ -200,7 +200,7 @@ Exits non-zero when something required is broken.`,
 			return o.run(cmd.Context(), s.Out)
 		},
 	}
-	o.reg.addFlags(cmd)
+	o.reg.addFlags(cmd, verbDoctor)
 	// The node's CNI chain is reported whenever the node has a CNI config.
 	o.reg.withCNI = true
 	for _, f := range []string{"k8s-admission", "kubeconfig", "namespace"} {

@@ -50,25 +50,40 @@ type registerOptions struct {
 	executable func() (string, error)
 }
 
-func (o *registerOptions) addFlags(cmd *cobra.Command) {
+// registerVerb is the command the shared flags serve; their help says what
+// that command does with each target.
+type registerVerb int
+
+const (
+	verbInstall registerVerb = iota
+	verbUninstall
+	verbDoctor
+)
+
+func (o *registerOptions) addFlags(cmd *cobra.Command, verb registerVerb) {
 	f := cmd.Flags()
-	f.BoolVar(&o.docker, "docker", false, "Docker: runtime sforge in daemon.json")
-	f.BoolVar(&o.containerd, "containerd", false, "containerd: runtime sforge in config.toml")
-	f.BoolVar(&o.podman, "podman", false, "podman: hooks.d files")
-	f.BoolVar(&o.crio, "crio", false, "CRI-O: hooks.d files")
+	what := map[registerVerb]string{verbInstall: "register", verbUninstall: "remove", verbDoctor: "check"}[verb]
+	f.BoolVar(&o.docker, "docker", false, "Docker: "+what+" runtime sforge in daemon.json")
+	f.BoolVar(&o.containerd, "containerd", false, "containerd: "+what+" runtime sforge in config.toml")
+	f.BoolVar(&o.podman, "podman", false, "podman: "+what+" the hooks.d files")
+	f.BoolVar(&o.crio, "crio", false, "CRI-O: "+what+" the hooks.d files")
 	f.StringVar(&o.prefix, "prefix", "", "directory whose bin/ holds sforge-runtime and sforge-hook (default: the one this sforge is in)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the exact changes as a diff and change nothing")
 	f.StringVar(&o.dockerConfig, "docker-config", docker.DefaultConfigPath, "Docker's daemon.json")
 	f.StringVar(&o.containerdConfig, "containerd-config", containerd.DefaultConfigPath, "containerd's config.toml")
 	f.StringSliceVar(&o.hooksDirs, "hooks-dir", hooksd.DefaultDirs, "OCI hooks directory for podman and CRI-O (repeatable)")
 	f.StringVar(&o.hookLog, "hook-log", "", "podman and CRI-O: the log file sforge-hook writes, an absolute path (default /var/log/sforge/hook.log)")
-	f.BoolVar(&o.cni, "cni", false, "Kubernetes node: copy sforge-cni to --cni-bin-dir and chain it into the node's CNI conflist")
+	f.BoolVar(&o.cni, "cni", false, map[registerVerb]string{
+		verbInstall:   "Kubernetes node: copy sforge-cni to --cni-bin-dir and chain it into the node's CNI conflist",
+		verbUninstall: "Kubernetes node: remove sforge-cni's entry from the node's CNI conflist (the binary stays: other conflists may chain it)",
+		verbDoctor:    "Kubernetes node: check that sforge-cni is in --cni-bin-dir and chained into the node's CNI conflist (a missing chain is an error)",
+	}[verb])
 	f.StringVar(&o.cniBinDir, "cni-bin-dir", cni.DefaultBinDir, "CNI plugin directory")
 	f.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "CNI network config directory (the first config by name is the one the runtime loads)")
-	f.StringVar(&o.cniConflist, "cni-conflist", "", "the conflist to chain into (default: the one the runtime loads)")
+	f.StringVar(&o.cniConflist, "cni-conflist", "", "the conflist sforge-cni is chained into (default: the one the runtime loads)")
 	f.BoolVar(&o.k8sAdmission, "k8s-admission", false, "Kubernetes cluster: the ValidatingAdmissionPolicy refusing annotated Pods with NET_ADMIN, NET_RAW, SYS_ADMIN, privileged or hostNetwork")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --k8s-admission: the kubeconfig (default $KUBECONFIG, else ~/.kube/config)")
-	f.StringVar(&o.namespace, "namespace", "", "with --k8s-admission: where install verifies the policy with a dry-run Pod (default: the kubeconfig's namespace)")
+	f.StringVar(&o.namespace, "namespace", "", "with --k8s-admission: where a dry-run Pod verifies the policy (default: the kubeconfig's namespace)")
 }
 
 func (o *registerOptions) complete() error {
@@ -312,7 +327,7 @@ nothing the second time; sforge uninstall removes exactly what this added.`,
 			return o.run(cmd.Context(), installer.Install, s.Out)
 		},
 	}
-	o.addFlags(cmd)
+	o.addFlags(cmd, verbInstall)
 	cmd.Flags().StringVar(&o.cniEventKubeconfig, "cni-event-kubeconfig", "", "with --cni: a kubeconfig (absolute path on the node, allowed to create events) sforge-cni uses to record an SforgeEgressEnforced Event on each isolated Pod, the direct evidence sforge verify --backend k8s reports; best effort, never fails a Pod")
 	return cmd
 }

@@ -46,8 +46,8 @@ func newCmdPolicyRender(s Streams, r policy.Resolver) *cobra.Command {
 allowed address and port. By default (--dns-to none, and --dns-to sforge,
 where the Pod's own resolver answers on its loopback) it allows no DNS: the
 Pod resolves the Judge and API names from /etc/hosts (hostAliases) and
-should have dnsPolicy: None with nameserver 127.0.0.1, as 'sforge run'
-gives it. --dns-to kube-dns allows TCP and UDP 53 to the cluster's kube-dns
+should have dnsPolicy: None with nameserver 127.0.0.1 (none) or its own
+resolver's 127.0.0.53 (sforge), as 'sforge run' gives it. --dns-to kube-dns allows TCP and UDP 53 to the cluster's kube-dns
 Pods and --dns-to any to anywhere: the cluster's resolver forwards any name,
 so the agent can carry data out in the names it looks up. The output is
 ready for 'kubectl apply -f -'.

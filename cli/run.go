@@ -209,7 +209,7 @@ when interrupted; the container is removed in every case.`,
 	f.StringVar(&o.req.Backend, "backend", "docker", "where the Work container runs: docker, or k8s (a Work Pod with its NetworkPolicy)")
 	o.k8s.addFlags(f)
 	f.StringVar(&o.req.JudgeURL, "judge-url", "", "URL of the Judge server, reachable from the container (required when isolated), e.g. http://10.0.0.12:8080")
-	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process `sforge proxy` on the Docker bridge; only the proxy is allowed")
+	f.BoolVar(&o.req.APIProxy, "api-proxy", false, "serve the agent's API through an in-process sforge proxy on the Docker bridge; only the proxy is allowed")
 	f.StringVar(&o.req.APIKeyEnv, "api-key-env", "", "with --api-proxy: the variable holding the API key, which the proxy adds upstream; the container never holds it")
 	f.StringVar(&o.report, "report", "", "write a JSON report (allowlist, backend, image, timings, exit status, refused attempts) to this file")
 	f.BoolVar(&o.verify, "verify", false, "with isolation, run the hostile probe in the container first, in the agent's own network namespace; the agent starts only when every escape is refused and the Judge is reached (else exit 123) (docker)")

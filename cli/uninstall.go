@@ -30,6 +30,6 @@ a no-op. The binaries stay where install.sh put them.
 			return o.run(cmd.Context(), installer.Uninstall, s.Out)
 		},
 	}
-	o.addFlags(cmd)
+	o.addFlags(cmd, verbUninstall)
 	return cmd
 }
