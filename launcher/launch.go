@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sforge-dev/netiso/audit"
+	"github.com/sforge-dev/netiso/egress"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -125,13 +128,22 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		o.CleanupTimeout = 60 * time.Second
 	}
 	rep = newReport(p, b.Name())
+	for _, n := range p.Notices {
+		fmt.Fprintf(o.Log, "sforge: %s\n", n)
+	}
 	began := time.Now()
 	phase := "checks"
-	var stopProxy func()
+	var stopProxy, stopEgress func()
+	var egressProxy *egress.Proxy
 
 	defer func() {
 		if stopProxy != nil {
 			stopProxy()
+		}
+		if stopEgress != nil {
+			stopEgress()
+			rep.EgressProxy.Allowed, rep.EgressProxy.Refused = egressProxy.Allowed(), egressProxy.Denials()
+			fmt.Fprintf(o.Log, "sforge: %s\n", egressSummary(rep.EgressProxy))
 		}
 		if err != nil && ctx.Err() != nil && !errors.As(err, new(*TimeoutError)) {
 			err = &InterruptedError{Phase: phase}
@@ -183,6 +195,18 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		}
 		rep.APIProxy = &ProxyReport{URL: p.APIBaseURL, Target: p.UpstreamAPIURL}
 		rep.APIBaseURL = p.APIBaseURL
+	}
+
+	if len(p.AllowDomains) > 0 {
+		phase = "egress proxy start"
+		egressProxy, stopEgress, err = startEgress(ctx, p, host, o)
+		if err != nil {
+			return rep, err
+		}
+		rep.EgressProxy = &EgressReport{URL: p.EgressProxyURL, Refused: []egress.Denial{}}
+		for _, d := range p.AllowDomains {
+			rep.EgressProxy.Domains = append(rep.EgressProxy.Domains, d.String())
+		}
 	}
 
 	phase = "resolve"
@@ -309,6 +333,80 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 		}
 		ln.Close()
 	}, nil
+}
+
+// startEgress serves the domain allowlist: an egress proxy where the
+// workload reaches this host, accepting only the workload's network.
+func startEgress(ctx context.Context, p *Plan, host HostInfo, o Options) (*egress.Proxy, func(), error) {
+	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
+		return nil, nil, errors.New("--allow-domain: the backend has no address where the workload can reach this host; run `sforge proxy --egress --allow-domain NAME` on an address it can reach instead")
+	}
+	refuse, err := egress.HostNetworks()
+	if err != nil {
+		return nil, nil, err
+	}
+	prox, err := egress.New(egress.Config{
+		Allow:      p.AllowDomains,
+		Resolve:    p.EgressResolve,
+		RefuseNets: refuse,
+		AllowFrom:  host.ProxyClients,
+		Logger:     slog.New(slog.NewTextHandler(o.Log, nil)).With("component", "egress-proxy"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to create the egress proxy: %w", err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to listen for the egress proxy on %s: %w", host.ProxyListen, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := p.UseEgressProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := prox.Serve(pctx, ln); err != nil && pctx.Err() == nil {
+			fmt.Fprintf(o.Log, "sforge: egress proxy stopped: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(o.Log, "sforge: egress proxy on %s allows %d names\n", ln.Addr(), len(p.AllowDomains))
+	return prox, func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		ln.Close()
+	}, nil
+}
+
+// egressSummary is the run's line on what the egress proxy decided.
+func egressSummary(r *EgressReport) string {
+	if len(r.Refused) == 0 {
+		return fmt.Sprintf("the egress proxy let %d connections through and refused none", r.Allowed)
+	}
+	total := 0
+	hosts := map[string]int{}
+	var order []string
+	for _, d := range r.Refused {
+		total += d.Count
+		if _, ok := hosts[d.Host]; !ok {
+			order = append(order, d.Host)
+		}
+		hosts[d.Host] += d.Count
+	}
+	var parts []string
+	for i, h := range order {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(order)-5))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d)", h, hosts[h]))
+	}
+	return fmt.Sprintf("the egress proxy let %d connections through and refused %d to %d destinations: %s", r.Allowed, total, len(order), strings.Join(parts, ", "))
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

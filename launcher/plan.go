@@ -54,8 +54,14 @@ type Request struct {
 	// APIKeyEnv names the variable holding the API key the in-process
 	// proxy adds upstream (--api-key-env); it is kept out of the container.
 	APIKeyEnv string
-	Timeout   time.Duration // --timeout; zero: the task's
-	Env       []string      // --env KEY=VALUE or KEY (copied from the caller)
+	// AllowDomains are --allow-domain: names the agent may reach through
+	// the egress proxy (with the task's allow_domains).
+	AllowDomains []string
+	// EgressResolve are --resolve NAME=ADDRESS: the egress proxy's answer
+	// for NAME instead of a lookup.
+	EgressResolve []string
+	Timeout       time.Duration // --timeout; zero: the task's
+	Env           []string      // --env KEY=VALUE or KEY (copied from the caller)
 	// LookupEnv reads the caller's environment; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 }
@@ -83,6 +89,16 @@ type Plan struct {
 	APIProxy       bool
 	UpstreamAPIURL string
 
+	// AllowDomains, when isolated, are the names the in-process egress
+	// proxy lets the agent reach; EgressResolve its fixed answers.
+	// EgressProxyURL is where the workload reaches that proxy (set by
+	// UseEgressProxy).
+	AllowDomains   []policy.DomainPattern
+	EgressResolve  map[string][]netip.Addr
+	EgressProxyURL string
+	// Notices are said once before the run (settings that do not apply).
+	Notices []string
+
 	// Query is the agent's query, with NetworkNotice when isolated.
 	Query string
 	// Argv runs the agent.
@@ -108,8 +124,8 @@ type Plan struct {
 	// Image is filled by Prepare.
 	Image string
 
-	judge, api *policy.Target
-	proxyKey   string
+	judge, api, egress *policy.Target
+	proxyKey           string
 	// argvTemplate is Argv before the query and base URL went in.
 	argvTemplate []string
 }
@@ -270,6 +286,10 @@ func NewPlan(req Request) (*Plan, error) {
 		p.proxyKey = key
 	}
 
+	if err := p.setDomains(req); err != nil {
+		return nil, err
+	}
+
 	// Timeout: the flag wins over the task.
 	switch {
 	case req.Timeout > 0:
@@ -293,6 +313,66 @@ func NewPlan(req Request) (*Plan, error) {
 	}
 	p.Name = workloadName(t.Name)
 	return p, nil
+}
+
+// setDomains merges --allow-domain with the task's allow_domains and
+// reads --resolve. Without isolation they do not apply, and say so.
+func (p *Plan) setDomains(req Request) error {
+	flags, err := policy.ParseDomainPatterns("--allow-domain", req.AllowDomains)
+	if err != nil {
+		return &UsageError{Msg: err.Error()}
+	}
+	all := append(flags, p.Task.AllowDomains...)
+	var names []string
+	for _, d := range all {
+		names = append(names, d.String())
+	}
+	all, _ = policy.ParseDomainPatterns("allow_domains", names)
+	resolve := map[string][]netip.Addr{}
+	for _, kv := range req.EgressResolve {
+		name, addr, ok := strings.Cut(kv, "=")
+		a, err := netip.ParseAddr(addr)
+		name = strings.TrimSuffix(strings.ToLower(name), ".")
+		if !ok || err != nil || policy.CheckHost(name) != nil || a.Zone() != "" {
+			return usagef("--resolve %q: want NAME=ADDRESS, e.g. --resolve docs.example.com=203.0.113.7", kv)
+		}
+		resolve[name] = append(resolve[name], a.Unmap())
+	}
+	switch {
+	case len(all) == 0 && len(resolve) > 0:
+		return usagef("--resolve only applies with --allow-domain (or the task's allow_domains): it answers for the egress proxy")
+	case len(all) == 0:
+		return nil
+	case !p.Isolated:
+		p.Notices = append(p.Notices, fmt.Sprintf("the network is open (%s): the domain allowlist (%d names) does not apply", p.IsolationSource, len(all)))
+		return nil
+	}
+	p.AllowDomains, p.EgressResolve = all, resolve
+	return nil
+}
+
+// UseEgressProxy points the agent at the in-process egress proxy: url is
+// what the workload uses. The proxy variables go in both cases, and
+// NO_PROXY keeps the Judge and the API (unless it goes through the egress
+// proxy) direct.
+func (p *Plan) UseEgressProxy(url string) error {
+	t, err := policy.ParseTarget("egress proxy", url)
+	if err != nil {
+		return err
+	}
+	p.EgressProxyURL, p.egress = url, &t
+	for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
+		p.Env[k] = url
+	}
+	var direct []string
+	for _, d := range []*policy.Target{p.judge, p.api} {
+		if d != nil && !slices.Contains(direct, d.Host) {
+			direct = append(direct, d.Host)
+		}
+	}
+	p.Env["NO_PROXY"] = strings.Join(direct, ",")
+	p.Env["no_proxy"] = p.Env["NO_PROXY"]
+	return nil
 }
 
 // KeyPlaceholder is the API key an agent gets when the proxy holds the
@@ -422,6 +502,9 @@ func (p *Plan) Targets() []policy.Target {
 	}
 	if p.api != nil {
 		out = append(out, *p.api)
+	}
+	if p.egress != nil {
+		out = append(out, *p.egress)
 	}
 	return out
 }

@@ -318,3 +318,77 @@ func TestNewPlanCodexBaseURL(t *testing.T) {
 		t.Errorf("CODEX_API_KEY=%q in the container, want the placeholder", p.Env["CODEX_API_KEY"])
 	}
 }
+
+// TestNewPlanDomains: --allow-domain and the task's allow_domains merge;
+// the egress proxy's URL joins the allowlist and the proxy variables, with
+// the Judge and the API direct; an open network says the list does not
+// apply.
+func TestNewPlanDomains(t *testing.T) {
+	dir := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false,"allow_domains":["docs.example.com","*.pkg.example"]}`)
+	req := Request{TaskPath: dir, Agent: "claude-code", JudgeURL: "http://10.0.0.12:8080", AllowDomains: []string{"DATA.example.org", "docs.example.com"},
+		EgressResolve: []string{"data.example.org=203.0.113.7"}, LookupEnv: env(t)}
+	p, err := NewPlan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range p.AllowDomains {
+		got = append(got, d.String())
+	}
+	if strings.Join(got, " ") != "*.pkg.example data.example.org docs.example.com" {
+		t.Fatalf("domains %v", got)
+	}
+	if a := p.EgressResolve["data.example.org"]; len(a) != 1 || a[0] != netip.MustParseAddr("203.0.113.7") {
+		t.Fatalf("resolve %v", p.EgressResolve)
+	}
+	if err := p.UseEgressProxy("http://host.docker.internal:41000"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+		if p.Env[k] != "http://host.docker.internal:41000" {
+			t.Errorf("%s=%q", k, p.Env[k])
+		}
+	}
+	if p.Env["NO_PROXY"] != "10.0.0.12,api.anthropic.com" || p.Env["no_proxy"] != p.Env["NO_PROXY"] {
+		t.Errorf("NO_PROXY=%q no_proxy=%q", p.Env["NO_PROXY"], p.Env["no_proxy"])
+	}
+	var hosts []string
+	for _, tg := range p.Targets() {
+		hosts = append(hosts, tg.String())
+	}
+	if !slices.Contains(hosts, "host.docker.internal:41000") {
+		t.Errorf("the allowlist's targets %v lack the egress proxy", hosts)
+	}
+
+	open := req
+	open.EnableInternet = true
+	p, err = NewPlan(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.AllowDomains) != 0 || len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "does not apply") {
+		t.Fatalf("open network: domains %v, notices %q", p.AllowDomains, p.Notices)
+	}
+
+	for _, c := range []struct {
+		mod  func(*Request)
+		want string
+	}{
+		{func(r *Request) { r.AllowDomains = []string{"*.com"} }, `--allow-domain[0] "*.com": a wildcard must be under`},
+		{func(r *Request) { r.EgressResolve = []string{"data.example.org"} }, `--resolve "data.example.org": want NAME=ADDRESS`},
+		{func(r *Request) { r.EgressResolve = []string{"x=not-an-ip"} }, `--resolve "x=not-an-ip": want NAME=ADDRESS`},
+	} {
+		r := req
+		c.mod(&r)
+		_, err := NewPlan(r)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want a usage error with %q", err, c.want)
+		}
+	}
+	r := req
+	r.TaskPath, r.AllowDomains = writeTask(t, taskIsolated), nil
+	if _, err := NewPlan(r); err == nil || !strings.Contains(err.Error(), "--resolve only applies with --allow-domain") {
+		t.Errorf("--resolve without domains: %v", err)
+	}
+}

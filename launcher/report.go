@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sforge-dev/netiso/audit"
+	"github.com/sforge-dev/netiso/egress"
 	"github.com/sforge-dev/netiso/engine"
 	"github.com/sforge-dev/netiso/engine/engines"
 	"github.com/sforge-dev/netiso/policy"
@@ -76,6 +77,8 @@ type Report struct {
 	JudgeURL        string            `json:"judge_url,omitempty"`
 	APIBaseURL      string            `json:"api_base_url,omitempty"`
 	APIProxy        *ProxyReport      `json:"api_proxy,omitempty"`
+	// EgressProxy is the domain allowlist's proxy and what it decided.
+	EgressProxy *EgressReport `json:"egress_proxy,omitempty"`
 	// Allowlist is the effective allowlist (nil when the network is open).
 	Allowlist *AllowlistReport `json:"allowlist,omitempty"`
 	// PinnedHosts are the names written into the workload's /etc/hosts.
@@ -137,6 +140,16 @@ type Enforcement struct {
 type ProxyReport struct {
 	URL    string `json:"url"`
 	Target string `json:"target"`
+}
+
+// EgressReport describes the in-process egress proxy: the names it
+// allowed, how many connections and requests it let through, and every
+// destination it refused, with why and how often.
+type EgressReport struct {
+	URL     string          `json:"url"`
+	Domains []string        `json:"domains"`
+	Allowed int             `json:"allowed"`
+	Refused []egress.Denial `json:"refused"`
 }
 
 // AllowlistReport is the allowlist as attached to the workload and as data.

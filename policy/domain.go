@@ -38,28 +38,36 @@ func (d DomainPattern) Match(host string) bool {
 }
 
 // ParseDomainPattern checks one allowed domain; field names where it came
-// from (--allow-domain, "allow_domains"[2]) for the error. Upper case and
-// a final dot are accepted and folded; a wildcard must be a whole first
-// label ("*.example.com"), over a name of at least two labels, so that
-// "*.com" cannot open a top-level domain.
+// from (--allow-domain, "allow_domains"[2]) for the error.
 func ParseDomainPattern(field, s string) (DomainPattern, error) {
-	raw := s
+	d, err := CheckDomainPattern(s)
+	if err != nil {
+		return DomainPattern{}, fmt.Errorf("%s %q: %v", field, s, err)
+	}
+	return d, nil
+}
+
+// CheckDomainPattern checks one allowed domain. Upper case and a final dot
+// are accepted and folded; a wildcard must be a whole first label
+// ("*.example.com"), over a name of at least two labels, so that "*.com"
+// cannot open a top-level domain.
+func CheckDomainPattern(s string) (DomainPattern, error) {
 	s = strings.TrimSuffix(strings.ToLower(s), ".")
 	var d DomainPattern
 	if rest, ok := strings.CutPrefix(s, "*."); ok {
 		d.Wildcard, s = true, rest
 	}
 	if strings.Contains(s, "*") {
-		return DomainPattern{}, fmt.Errorf("%s %q: '*' may only be the whole first label, as in *.example.com", field, raw)
+		return DomainPattern{}, fmt.Errorf("'*' may only be the whole first label, as in *.example.com")
 	}
 	if _, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		return DomainPattern{}, fmt.Errorf("%s %q: an IP address, not a name; allow addresses with the allowlist (--judge-url, the API URL), not as a domain", field, raw)
+		return DomainPattern{}, fmt.Errorf("an IP address, not a name; allow addresses with the allowlist (--judge-url, the API URL), not as a domain")
 	}
 	if err := CheckHost(s); err != nil {
-		return DomainPattern{}, fmt.Errorf("%s %q: %v", field, raw, err)
+		return DomainPattern{}, err
 	}
 	if d.Wildcard && !strings.Contains(s, ".") {
-		return DomainPattern{}, fmt.Errorf("%s %q: a wildcard must be under a name of at least two labels (*.example.com), not a top-level domain", field, raw)
+		return DomainPattern{}, fmt.Errorf("a wildcard must be under a name of at least two labels (*.example.com), not a top-level domain")
 	}
 	d.Name = s
 	return d, nil

@@ -20,6 +20,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // FileName is the file looked for when --task names a directory.
@@ -30,11 +32,12 @@ const MaxFileBytes = 1 << 20
 
 // Limits the schema states too.
 const (
-	MaxSetupCmds   = 256
-	MaxEnv         = 256
-	MaxQueryBytes  = 256 << 10
-	MaxTimeout     = 7 * 24 * time.Hour
-	DefaultWorkdir = "/workspace"
+	MaxSetupCmds    = 256
+	MaxEnv          = 256
+	MaxAllowDomains = 256
+	MaxQueryBytes   = 256 << 10
+	MaxTimeout      = 7 * 24 * time.Hour
+	DefaultWorkdir  = "/workspace"
 )
 
 // Task is a loaded, validated task.
@@ -56,6 +59,10 @@ type Task struct {
 	Timeout time.Duration
 	// Env is added to the agent's environment.
 	Env map[string]string
+	// AllowDomains are the names the agent may reach through sforge's
+	// egress proxy when the network is isolated, sorted, without
+	// duplicates.
+	AllowDomains []policy.DomainPattern
 	// Command is the argv of the generic `command` agent.
 	Command []string
 
@@ -193,8 +200,10 @@ func Parse(file, dir string, data []byte) (*Task, error) {
 			t.Env, err = p.env(kv.val)
 		case "command":
 			t.Command, err = p.strings(kv.key, kv.val, 1, 1024)
+		case "allow_domains":
+			t.AllowDomains, err = p.domains(kv.key, kv.val)
 		default:
-			err = p.fail(kv.key, "unknown field (allowed: name, image, build, setup_cmds, agent_query, internet, timeout, env, command)")
+			err = p.fail(kv.key, "unknown field (allowed: name, image, build, setup_cmds, agent_query, internet, timeout, env, command, allow_domains)")
 		}
 		if err != nil {
 			return nil, err
@@ -356,6 +365,20 @@ func (p parser) duration(field string, raw json.RawMessage) (time.Duration, erro
 		return 0, p.fail(field, "at most %s, got %s", MaxTimeout, describe(raw))
 	}
 	return d, nil
+}
+
+// domains parses allow_domains: names, or *.NAME for its subdomains.
+func (p parser) domains(field string, raw json.RawMessage) ([]policy.DomainPattern, error) {
+	list, err := p.strings(field, raw, 0, MaxAllowDomains)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range list {
+		if _, err := policy.CheckDomainPattern(s); err != nil {
+			return nil, p.fail(fmt.Sprintf("%s[%d]", field, i), "%q: %v", s, err)
+		}
+	}
+	return policy.ParseDomainPatterns(field, list)
 }
 
 func (p parser) strings(field string, raw json.RawMessage, minItems, maxItems int) ([]string, error) {

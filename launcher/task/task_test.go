@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sforge-dev/netiso/policy"
 )
 
 // taskDir makes a task directory with a context subdirectory holding a
@@ -57,6 +59,10 @@ var badTasks = []struct {
 	{"syntax error", `{"name": "x",}`, `task.json: invalid JSON at byte`, false},
 	{"trailing data", `{"name":"x","image":"i","agent_query":"q"} {}`, `task.json: unexpected data after the JSON object`, false},
 	{"duplicate key", `{"name":"x","image":"i","agent_query":"q","internet":true,"internet":false}`, `task.json: field "internet": appears more than once`, true},
+	{"allow_domains not a list", `{"name":"x","image":"i","agent_query":"q","allow_domains":"a.example"}`, `task.json: field "allow_domains": want`, false},
+	{"allow_domains with a space", `{"name":"x","image":"i","agent_query":"q","allow_domains":["ok.example","a b.example"]}`, `task.json: field "allow_domains[1]": "a b.example"`, false},
+	{"allow_domains wildcard over a TLD", `{"name":"x","image":"i","agent_query":"q","allow_domains":["*.com"]}`, `task.json: field "allow_domains[0]": "*.com": a wildcard must be under a name of at least two labels`, true},
+	{"allow_domains IP address", `{"name":"x","image":"i","agent_query":"q","allow_domains":["10.0.0.1"]}`, `task.json: field "allow_domains[0]": "10.0.0.1": an IP address`, true},
 	{"unknown field", `{"name":"x","image":"i","agent_query":"q","internett":false}`, `task.json: field "internett": unknown field (allowed: name, image`, false},
 	{"missing name", `{"image":"i","agent_query":"q"}`, `task.json: field "name": is required`, false},
 	{"missing query", `{"name":"x","image":"i"}`, `task.json: field "agent_query": is required`, false},
@@ -170,6 +176,11 @@ func goodTasks(dir string) []struct {
 			name: "image only",
 			json: `{"name":"t1","image":"debian:12","agent_query":"do it"}`,
 			want: Task{Name: "t1", Image: "debian:12", AgentQuery: "do it"},
+		},
+		{
+			name: "allowed domains",
+			json: `{"name":"t1","image":"debian:12","agent_query":"do it","allow_domains":["Docs.Python.org.","*.pypi.org","docs.python.org"]}`,
+			want: Task{Name: "t1", Image: "debian:12", AgentQuery: "do it", AllowDomains: []policy.DomainPattern{{Name: "pypi.org", Wildcard: true}, {Name: "docs.python.org"}}},
 		},
 		{
 			name: "everything",

@@ -1,0 +1,203 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+)
+
+// "The internet" of the domain allowlist tests: a host in a namespace of
+// its own, behind a veth pair from dockerd's namespace, so that its
+// address is not one of the Docker host's own networks (which the egress
+// proxy refuses). Link addresses are from the benchmarking range.
+var (
+	internetHostAddr = netip.MustParseAddr("192.0.2.80")
+	internetLinkNear = netip.MustParsePrefix("198.18.7.1/30")
+	internetLinkFar  = netip.MustParsePrefix("198.18.7.2/30")
+)
+
+// startInternetHost creates the host and serves HTTPS on 443 and HTTP on
+// 80 there, each answer naming the method, path and Host it got.
+func startInternetHost(t *testing.T, e *launcherEnv) {
+	t.Helper()
+	far := testenv.NewNetNS(t)
+	near, farName := "sfi"+randSuffix(), "sfo"+randSuffix()
+	err := e.d.NetNS.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: near}, PeerName: farName, PeerNamespace: netlink.NsFd(int(far.Fd()))}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(near)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixIPNet(internetLinkNear)}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: netlinkIPNet(internetHostAddr), Gw: internetLinkFar.Addr().AsSlice()})
+	})
+	if err != nil {
+		t.Fatalf("failed to link the internet host: %v", err)
+	}
+	var tlsLn, plainLn net.Listener
+	err = far.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(farName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixIPNet(internetLinkFar)}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: internetLinkNear.Addr().AsSlice()}); err != nil {
+			return err
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlinkIPNet(internetHostAddr), Flags: unix.IFA_F_NODAD}); err != nil {
+			return err
+		}
+		if tlsLn, err = net.Listen("tcp", net.JoinHostPort(internetHostAddr.String(), "443")); err != nil {
+			return err
+		}
+		plainLn, err = net.Listen("tcp", net.JoinHostPort(internetHostAddr.String(), "80"))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failed to set up the internet host: %v", err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "internet answered %s %s host=%s\n", r.Method, r.URL.Path, r.Host)
+	})
+	tlsSrv := httptest.NewUnstartedServer(h)
+	tlsSrv.Listener.Close()
+	tlsSrv.Listener = tlsLn
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	plain := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go plain.Serve(plainLn)
+	t.Cleanup(func() { plain.Close() })
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// TestEgressDomains runs `sforge run --allow-domain` on a real dockerd: the
+// container's curl, honouring the proxy variables sforge sets, reaches a
+// listed name over HTTPS and HTTP through the egress proxy; a name not on
+// the list, an IP literal, and listed names that resolve to loopback or
+// the metadata address are refused by the proxy; the listed name's address
+// reached directly, around the proxy, is refused by the firewall; the
+// Judge stays direct. The report holds each refusal.
+func TestEgressDomains(t *testing.T) {
+	runtime := requireIsolationPieces(t)
+	curl, err := exec.LookPath("curl")
+	testenv.Require(t, err == nil, "curl is needed in the test image")
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	startInternetHost(t, e)
+
+	rootfs := agentRootfs(t)
+	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
+	const image = "sforge-test/curl:1"
+	e.d.ImportImage(t, image, rootfs)
+
+	script := `c() { out=$(curl -sS -k --max-time 8 "$@" 2>&1); echo "$out rc=$?"; }
+echo "A: $(c https://allowed.test/a)"
+echo "B: $(c http://allowed.test/b)"
+echo "W: $(c https://api.wild.test/w)"
+echo "C: $(c https://other.test/c)"
+echo "D: $(c https://` + internetHostAddr.String() + `/d)"
+echo "E: $(c https://loop.test/e)"
+echo "F: $(c https://meta.test/f)"
+echo "G: $(c --noproxy '*' --resolve allowed.test:443:` + internetHostAddr.String() + ` https://allowed.test/g)"
+echo "J: $(c "$SFORGE_JUDGE_URL/")"
+echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
+`
+	dir := t.TempDir()
+	task := fmt.Sprintf(`{"name":"egress","image":%q,"agent_query":"q","internet":false,"timeout":"2m","allow_domains":["*.wild.test"]}`, image)
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(t.TempDir(), "report.json")
+	args := []string{"--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL, "--report", report,
+		"--allow-domain", "allowed.test", "--allow-domain", "loop.test", "--allow-domain", "meta.test"}
+	for _, r := range []string{"allowed.test", "api.wild.test", "other.test"} {
+		args = append(args, "--resolve", r+"="+internetHostAddr.String())
+	}
+	args = append(args, "--resolve", "loop.test=127.0.0.1", "--resolve", "meta.test=169.254.169.254", "--", "/bin/sh", "-c", script)
+	r := e.startSforgeInNetNS(t, nil, args...)
+	code := r.wait(t, 3*time.Minute)
+	out, errOut := r.stdout.String(), r.stderr.String()
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	t.Logf("stdout:\n%s\nstderr:\n%s", out, errOut)
+	lines := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok && len(k) <= 3 {
+			lines[k] = v
+		}
+	}
+	for k, want := range map[string]string{
+		"A": "internet answered GET /a host=allowed.test",
+		"B": "internet answered GET /b host=allowed.test",
+		"W": "internet answered GET /w host=api.wild.test",
+		"J": "judge: alive",
+	} {
+		if !strings.Contains(lines[k], want) || !strings.HasSuffix(lines[k], "rc=0") {
+			t.Errorf("%s: %q, want %q\nstderr:\n%s", k, lines[k], want, errOut)
+		}
+	}
+	for _, k := range []string{"C", "D", "E", "F", "G"} {
+		if strings.Contains(lines[k], "answered") || strings.HasSuffix(lines[k], "rc=0") {
+			t.Errorf("%s was not refused: %q", k, lines[k])
+		}
+	}
+	for _, k := range []string{"C", "D", "E", "F"} {
+		if !strings.Contains(lines[k], "403") {
+			t.Errorf("%s: %q, want the proxy's 403", k, lines[k])
+		}
+	}
+	if !strings.Contains(lines["ENV"], "HTTPS_PROXY=http://host.docker.internal:") || !strings.Contains(lines["ENV"], "NO_PROXY="+judgeAddr.String()) {
+		t.Errorf("the proxy variables: %q", lines["ENV"])
+	}
+	if !strings.Contains(errOut, "sforge: the egress proxy let 3 connections through and refused 4 to 4 destinations") {
+		t.Errorf("no summary line of the egress proxy:\n%s", errOut)
+	}
+	validateReportFile(t, report)
+	rep := readReport(t, report)
+	ep, _ := rep["egress_proxy"].(map[string]any)
+	refused := fmt.Sprint(ep["refused"])
+	for _, want := range []string{"other.test is not on the domain allowlist", internetHostAddr.String() + " is an IP address", "loop.test resolves only to addresses", "meta.test resolves only to addresses"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("the report's egress refusals lack %q: %s", want, refused)
+		}
+	}
+	// The direct attempt (G) is the firewall's: counted by the rules.
+	if blocked := fmt.Sprint(rep["blocked"]); !strings.Contains(blocked, internetHostAddr.String()) {
+		t.Errorf("the direct connection to the listed name's address is not among the refused: %s", blocked)
+	}
+	e.requireNoContainers(t)
+}
