@@ -14,7 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sforge-dev/netiso/egress"
 	"github.com/sforge-dev/netiso/launcher/agent"
+	"github.com/sforge-dev/netiso/policy"
 	"github.com/sforge-dev/netiso/proxy"
 )
 
@@ -29,8 +31,12 @@ type proxyOptions struct {
 	agentsConfig    string
 	allowFrom       []string
 	shutdownTimeout time.Duration
+	egress          bool
+	allowDomains    []string
+	resolve         []string
 
 	lookupEnv func(string) (string, bool)
+	egressCfg egress.Config
 	portSet   bool
 	cfg       proxy.Config
 	network   string
@@ -42,7 +48,7 @@ func newCmdProxy(s Streams) *cobra.Command { return newCmdProxyEnv(s, os.LookupE
 func newCmdProxyEnv(s Streams, lookupEnv func(string) (string, bool)) *cobra.Command {
 	o := &proxyOptions{lookupEnv: lookupEnv}
 	cmd := &cobra.Command{
-		Use:   "proxy --target URL --port N [--listen ADDR] [--api-key-env VAR [--agent NAME | --api-key-header H]] [--allow-from CIDR]...",
+		Use:   "proxy (--target URL | --egress --allow-domain NAME...) --port N [--listen ADDR] [--api-key-env VAR [--agent NAME | --api-key-header H]] [--allow-from CIDR]...",
 		Short: "Run a reverse proxy on the host to the AI API, for isolated containers",
 		Long: `Run a reverse proxy on this host that forwards every request to --target.
 
@@ -79,7 +85,18 @@ gateway) or the node's address, not through the host's loopback. Without
 Each --allow-from replaces that list: narrow it to the networks your
 containers use (Docker's default bridge is 172.17.0.0/16). Never open it with
 0.0.0.0/0 together with --api-key-env on a host with a public address:
-anyone who reaches the port would spend your key.`,
+anyone who reaches the port would spend your key.
+
+Egress proxy. With --egress the proxy is instead an allowlisting forward
+proxy for the names given with --allow-domain (NAME, or *.NAME for the names
+under it): isolated containers whose allowlist holds only this proxy (and the
+Judge) set HTTPS_PROXY and HTTP_PROXY to it. It serves CONNECT for TLS, where
+the ClientHello's server name must be the CONNECT host and may not be
+encrypted (ECH), and absolute-form http:// requests. Names are resolved at
+each connection (--resolve NAME=ADDRESS answers for one), and an address of
+this host's networks, loopback or link-local is refused unless it is listed
+(no DNS rebinding into the host). Every decision is one log line; at exit the
+refusals are summed up. 'sforge run --allow-domain' starts one by itself.`,
 		Example: `  # The seed's setup: on the host, the API through the corporate proxy
   HTTPS_PROXY="http://corp-proxy.example.com:8080" \
   sforge proxy --target https://api.anthropic.com --port 9090
@@ -96,6 +113,10 @@ anyone who reaches the port would spend your key.`,
   # A corporate gateway for Claude Code: the key goes where Claude Code sends it
   sforge proxy --target https://llm-gw.corp.example --port 9090 \
     --api-key-env ANTHROPIC_API_KEY --agent claude-code
+
+  # A domain allowlist for Pods of 10.244.0.0/16 (see docs/kubernetes.md)
+  sforge proxy --egress --port 3128 --allow-domain pypi.org \
+    --allow-domain '*.pythonhosted.org' --allow-from 10.244.0.0/16
 
   # An OpenAI-compatible gateway under a path, key in a custom header
   sforge proxy --target https://gw.example.com/openai --port 9091 \
@@ -118,6 +139,9 @@ anyone who reaches the port would spend your key.`,
 	f.StringVar(&o.agent, "agent", "", "the agent the proxy serves: the key goes in the header it sends its key in")
 	f.StringVar(&o.agentsConfig, "agents-config", "", "agents config with more profiles for --agent (default ~/.config/sforge/agents.json)")
 	f.StringArrayVar(&o.allowFrom, "allow-from", nil, "client network (CIDR or address) allowed to use the proxy (repeatable; default: loopback and private networks)")
+	f.BoolVar(&o.egress, "egress", false, "be an allowlisting forward proxy for --allow-domain names instead of a reverse proxy to --target")
+	f.StringArrayVar(&o.allowDomains, "allow-domain", nil, "with --egress: a name clients may reach, or *.NAME for the names under it (repeatable)")
+	f.StringArrayVar(&o.resolve, "resolve", nil, "with --egress: answer NAME with ADDRESS instead of looking it up (NAME=ADDRESS, repeatable)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", proxy.DefaultShutdownTimeout, "how long requests in flight may continue after SIGINT/SIGTERM")
 	return cmd
 }
@@ -125,6 +149,12 @@ anyone who reaches the port would spend your key.`,
 // complete turns the flags into a proxy.Config and a listen address; every
 // error names its flag.
 func (o *proxyOptions) complete(s Streams) error {
+	if o.egress {
+		return o.completeEgress(s)
+	}
+	if len(o.allowDomains) > 0 || len(o.resolve) > 0 {
+		return fmt.Errorf("--allow-domain and --resolve need --egress (the allowlisting forward proxy)")
+	}
 	if o.target == "" {
 		return fmt.Errorf("--target is required (the API's base URL, e.g. https://api.anthropic.com)")
 	}
@@ -132,25 +162,8 @@ func (o *proxyOptions) complete(s Streams) error {
 	if err != nil {
 		return err
 	}
-	if !o.portSet {
-		return fmt.Errorf("--port is required (the port containers connect to, e.g. 9090)")
-	}
-	if o.port < 1 || o.port > 65535 {
-		return fmt.Errorf("--port %d: want 1-65535", o.port)
-	}
-	ip, err := netip.ParseAddr(o.listen)
-	if err != nil || ip.Zone() != "" {
-		return fmt.Errorf("--listen %q: want an IP address such as 0.0.0.0 (all), 127.0.0.1 or 172.17.0.1", o.listen)
-	}
-	o.addr = net.JoinHostPort(ip.String(), strconv.Itoa(o.port))
-	// Go would answer "0.0.0.0" with a dual-stack socket; the user asked
-	// for IPv4. "::" stays dual-stack, as people expect of it.
-	o.network = "tcp"
-	if ip.Is4() {
-		o.network = "tcp4"
-	}
-	if o.shutdownTimeout <= 0 {
-		return fmt.Errorf("--shutdown-timeout must be positive, got %s", o.shutdownTimeout)
+	if err := o.completeListen(); err != nil {
+		return err
 	}
 	o.cfg = proxy.Config{
 		Target:          target,
@@ -197,13 +210,83 @@ func (o *proxyOptions) complete(s Streams) error {
 	return nil
 }
 
+// completeListen checks --port, --listen and --shutdown-timeout.
+func (o *proxyOptions) completeListen() error {
+	if !o.portSet {
+		return fmt.Errorf("--port is required (the port containers connect to, e.g. 9090)")
+	}
+	if o.port < 1 || o.port > 65535 {
+		return fmt.Errorf("--port %d: want 1-65535", o.port)
+	}
+	ip, err := netip.ParseAddr(o.listen)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("--listen %q: want an IP address such as 0.0.0.0 (all), 127.0.0.1 or 172.17.0.1", o.listen)
+	}
+	o.addr = net.JoinHostPort(ip.String(), strconv.Itoa(o.port))
+	// Go would answer "0.0.0.0" with a dual-stack socket; the user asked
+	// for IPv4. "::" stays dual-stack, as people expect of it.
+	o.network = "tcp"
+	if ip.Is4() {
+		o.network = "tcp4"
+	}
+	if o.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive, got %s", o.shutdownTimeout)
+	}
+	return nil
+}
+
+// completeEgress checks the flags of --egress.
+func (o *proxyOptions) completeEgress(s Streams) error {
+	for flag, set := range map[string]bool{"--target": o.target != "", "--api-key-env": o.apiKeyEnv != "", "--api-key-header": o.apiKeyHeader != "", "--agent": o.agent != ""} {
+		if set {
+			return fmt.Errorf("%s does not apply with --egress: the egress proxy forwards to the listed names, holding no key", flag)
+		}
+	}
+	if len(o.allowDomains) == 0 {
+		return fmt.Errorf("--egress needs at least one --allow-domain NAME")
+	}
+	if err := o.completeListen(); err != nil {
+		return err
+	}
+	allow, err := policy.ParseDomainPatterns("--allow-domain", o.allowDomains)
+	if err != nil {
+		return err
+	}
+	resolve, err := egress.ParseResolve("--resolve", o.resolve)
+	if err != nil {
+		return err
+	}
+	refuse, err := egress.HostNetworks()
+	if err != nil {
+		return err
+	}
+	from := proxy.DefaultAllowFrom()
+	if len(o.allowFrom) > 0 {
+		if from, err = proxy.ParseAllowFrom("--allow-from", o.allowFrom); err != nil {
+			return err
+		}
+	}
+	o.egressCfg = egress.Config{Allow: allow, Resolve: resolve, RefuseNets: refuse, AllowFrom: from, Logger: slog.New(slog.NewTextHandler(s.ErrOut, nil))}
+	return nil
+}
+
 // run listens and serves until SIGINT or SIGTERM (or the command's context)
 // ends it. A second signal kills the process the default way.
 func (o *proxyOptions) run(parent context.Context) error {
 	if parent == nil {
 		parent = context.Background()
 	}
-	p, err := proxy.New(o.cfg)
+	var p interface {
+		Serve(context.Context, net.Listener) error
+	}
+	var ep *egress.Proxy
+	var err error
+	if o.egress {
+		ep, err = egress.New(o.egressCfg)
+		p = ep
+	} else {
+		p, err = proxy.New(o.cfg)
+	}
 	if err != nil {
 		return err
 	}
@@ -217,5 +300,11 @@ func (o *proxyOptions) run(parent context.Context) error {
 		stop()
 	}()
 	defer stop()
-	return p.Serve(ctx, ln)
+	if ep == nil {
+		return p.Serve(ctx, ln)
+	}
+	o.egressCfg.Logger.Info("listening", "addr", ln.Addr().String(), "allow", o.allowDomains, "allow_from", fmt.Sprint(o.egressCfg.AllowFrom))
+	err = p.Serve(ctx, ln)
+	o.egressCfg.Logger.Info("stopped", "allowed", ep.Allowed(), "refused", fmt.Sprint(ep.Denials()))
+	return err
 }

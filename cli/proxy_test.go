@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,12 @@ func TestProxyFlagErrors(t *testing.T) {
 		{with("--allow-from", "10.0.0.0/8", "--allow-from", "docker0"), `--allow-from "docker0": want a CIDR such as 172.17.0.0/16 or an address`},
 		{with("--shutdown-timeout", "0s"), "--shutdown-timeout must be positive, got 0s"},
 		{with("extra"), `unknown command "extra"`},
+		{with("--allow-domain", "a.example"), "--allow-domain and --resolve need --egress"},
+		{[]string{"--egress", "--port", "3128"}, "--egress needs at least one --allow-domain NAME"},
+		{[]string{"--egress", "--port", "3128", "--allow-domain", "*.com"}, `--allow-domain[0] "*.com": a wildcard must be under a name of at least two labels`},
+		{[]string{"--egress", "--port", "3128", "--allow-domain", "a.example", "--resolve", "a.example"}, `--resolve "a.example": want NAME=ADDRESS`},
+		{[]string{"--egress", "--allow-domain", "a.example"}, "--port is required"},
+		{with("--egress", "--allow-domain", "a.example"), "--target does not apply with --egress"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -102,6 +109,59 @@ func TestProxyPortInUse(t *testing.T) {
 // TestProxyCommandServes: the command listens where told, forwards to the
 // target's path with the key from the environment, logs, and returns nil
 // once its context ends.
+// TestProxyEgressServes: sforge proxy --egress forwards to a listed name
+// (answered with --resolve) and refuses another, and sums the refusals
+// up when it stops.
+func TestProxyEgressServes(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "answered %s", r.Host) }))
+	defer up.Close()
+	upPort := up.Listener.Addr().(*net.TCPAddr).Port
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	out := &proxyLogBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runProxyCmd(ctx, out, "--egress", "--listen", "127.0.0.1", "--port", fmt.Sprint(port), "--allow-domain", "listed.test",
+			"--resolve", "listed.test=192.0.2.1", "--allow-from", "127.0.0.0/8")
+	}()
+	proxyURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	var resp *http.Response
+	for range 100 {
+		if resp, err = c.Get(fmt.Sprintf("http://other.test:%d/", upPort)); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("proxy never answered: %v\n%s", err, out)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an unlisted name: status %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("command returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("command did not stop")
+	}
+	for _, want := range []string{"msg=listening", "msg=refused", "host=other.test", "msg=stopped", "other.test is not on the domain allowlist"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestProxyCommandServes(t *testing.T) {
 	// The key's header given, or the agent's (a gateway's name says
 	// nothing about it).

@@ -163,3 +163,19 @@ func (p *Proxy) listedAddr(a netip.Addr, port uint16) bool {
 	}
 	return false
 }
+
+// ParseResolve reads --resolve NAME=ADDRESS entries (as curl's) into the
+// proxy's fixed answers; flag names them in errors.
+func ParseResolve(flag string, list []string) (map[string][]netip.Addr, error) {
+	out := map[string][]netip.Addr{}
+	for _, kv := range list {
+		name, addr, ok := strings.Cut(kv, "=")
+		a, err := netip.ParseAddr(addr)
+		name = strings.TrimSuffix(strings.ToLower(name), ".")
+		if !ok || err != nil || policy.CheckHost(name) != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%s %q: want NAME=ADDRESS, e.g. %s docs.example.com=203.0.113.7", flag, kv, flag)
+		}
+		out[name] = append(out[name], a.Unmap())
+	}
+	return out, nil
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sforge-dev/netiso/egress"
 	"github.com/sforge-dev/netiso/launcher/agent"
 	"github.com/sforge-dev/netiso/launcher/task"
 	"github.com/sforge-dev/netiso/policy"
@@ -328,15 +329,9 @@ func (p *Plan) setDomains(req Request) error {
 		names = append(names, d.String())
 	}
 	all, _ = policy.ParseDomainPatterns("allow_domains", names)
-	resolve := map[string][]netip.Addr{}
-	for _, kv := range req.EgressResolve {
-		name, addr, ok := strings.Cut(kv, "=")
-		a, err := netip.ParseAddr(addr)
-		name = strings.TrimSuffix(strings.ToLower(name), ".")
-		if !ok || err != nil || policy.CheckHost(name) != nil || a.Zone() != "" {
-			return usagef("--resolve %q: want NAME=ADDRESS, e.g. --resolve docs.example.com=203.0.113.7", kv)
-		}
-		resolve[name] = append(resolve[name], a.Unmap())
+	resolve, err := egress.ParseResolve("--resolve", req.EgressResolve)
+	if err != nil {
+		return &UsageError{Msg: err.Error()}
 	}
 	switch {
 	case len(all) == 0 && len(resolve) > 0:
