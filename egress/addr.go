@@ -113,6 +113,18 @@ func (p *Proxy) destinations(ctx context.Context, host string, port uint16) ([]n
 		}
 		return []netip.Addr{a}, nil
 	}
+	if pinned, ok := p.c.Pinned[host]; ok {
+		var out []netip.Addr
+		for _, a := range pinned {
+			if p.listedAddr(a, port) {
+				out = append(out, a)
+			}
+		}
+		if len(out) == 0 {
+			return nil, refusedf("%s is on the allowlist, but not at port %d", host, port)
+		}
+		return out, nil
+	}
 	if !policy.MatchDomain(p.c.Allow, host) {
 		return nil, refusedf("%s is not on the domain allowlist", host)
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	AllowAddrs []policy.Endpoint
 	// Resolve overrides the lookup of a name (--resolve NAME=ADDR).
 	Resolve map[string][]netip.Addr
+	// Pinned are names the allowlist holds (the Judge's, the API's) at
+	// their pinned addresses: reached only there, and only at an address
+	// and port of AllowAddrs, whatever Allow says. Clients that ignore
+	// NO_PROXY reach them through the proxy.
+	Pinned map[string][]netip.Addr
 	// Resolver looks names up at each connection (default
 	// net.DefaultResolver).
 	Resolver Resolver

@@ -155,7 +155,8 @@ var agentCases = []agentCase{
 // holding a placeholder; and through `sforge run --api-proxy
 // --api-key-env`, the container holding sforge's placeholder. In both
 // proxy ways the real key is neither in the agent's environment nor in
-// `docker inspect` of the running container.
+// `docker inspect` of the running container. With a domain allowlist, the
+// container's proxy variables keep the API direct.
 func TestAgents(t *testing.T) {
 	runtime := requireIsolationPieces(t)
 	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
@@ -227,6 +228,9 @@ func TestAgents(t *testing.T) {
 				{"direct", apiURL, []string{ac.keyEnv + "=" + key}, nil, key},
 				{"sforge proxy --agent", px.url, []string{ac.keyEnv + "=" + userPlaceholder}, nil, userPlaceholder},
 				{"--api-proxy --api-key-env", apiURL, []string{ac.keyEnv + "=" + key}, []string{"--api-proxy", "--api-key-env", ac.keyEnv}, launcher.KeyPlaceholder},
+				// The proxy variables of a domain allowlist: the agent
+				// still reaches its API directly (NO_PROXY).
+				{"--allow-domain", apiURL, []string{ac.keyEnv + "=" + key}, []string{"--allow-domain", "docs.example.test"}, key},
 			} {
 				t.Run(mode.name, func(t *testing.T) {
 					before := len(conv.Requests())
@@ -283,10 +287,24 @@ func TestAgents(t *testing.T) {
 					// Nothing but the script's fetch was refused: the
 					// agent tried no other destination and looked up no
 					// name (update checks, telemetry, error reports).
+					// With a domain allowlist, busybox wget (which
+					// ignores NO_PROXY) asks the egress proxy, which
+					// refuses the forbidden fetch and forwards to the Judge.
 					rep := readReport(t, report)
 					blocked, _ := rep["blocked"].([]any)
+					key := "destination"
+					if ep, ok := rep["egress_proxy"].(map[string]any); ok {
+						for _, l := range strings.Split(errOut, "\n") {
+							// Each CLI honours NO_PROXY: its API stays direct.
+							if strings.Contains(l, "component=egress-proxy") && strings.Contains(l, fmt.Sprintf("port=%d", apiPort)) {
+								t.Errorf("the agent's API went through the egress proxy: %s", l)
+							}
+						}
+						blocked, _ = ep["refused"].([]any)
+						key = "host"
+					}
 					for _, b := range blocked {
-						if d, _ := b.(map[string]any)["destination"].(string); d != forbiddenAddr.String() {
+						if d, _ := b.(map[string]any)[key].(string); d != forbiddenAddr.String() {
 							t.Errorf("a destination other than the forbidden fetch's was refused: %v", b)
 						}
 					}

@@ -197,15 +197,11 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		rep.APIBaseURL = p.APIBaseURL
 	}
 
+	var egressLn net.Listener
 	if len(p.AllowDomains) > 0 {
 		phase = "egress proxy start"
-		egressProxy, stopEgress, err = startEgress(ctx, p, host, o)
-		if err != nil {
+		if egressLn, err = listenEgress(p, host); err != nil {
 			return rep, err
-		}
-		rep.EgressProxy = &EgressReport{URL: p.EgressProxyURL, Refused: []egress.Denial{}}
-		for _, d := range p.AllowDomains {
-			rep.EgressProxy.Domains = append(rep.EgressProxy.Domains, d.String())
 		}
 	}
 
@@ -217,6 +213,19 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		return rep, err
 	}
 	rep.setAllowlist(p, host)
+	if egressLn != nil {
+		// The proxy starts once the allowlist is known: the Judge and the
+		// API are reached through it too, by clients that ignore NO_PROXY.
+		egressProxy, stopEgress, err = serveEgress(ctx, p, host, egressLn, o)
+		if err != nil {
+			egressLn.Close()
+			return rep, err
+		}
+		rep.EgressProxy = &EgressReport{URL: p.EgressProxyURL, Refused: []egress.Denial{}}
+		for _, d := range p.AllowDomains {
+			rep.EgressProxy.Domains = append(rep.EgressProxy.Domains, d.String())
+		}
+	}
 	if p.Isolated {
 		fmt.Fprintf(o.Log, "sforge: network isolated (%s); allowed: %s\n", p.IsolationSource, p.AllowlistValue)
 	} else {
@@ -335,18 +344,49 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 	}, nil
 }
 
-// startEgress serves the domain allowlist: an egress proxy where the
-// workload reaches this host, accepting only the workload's network.
-func startEgress(ctx context.Context, p *Plan, host HostInfo, o Options) (*egress.Proxy, func(), error) {
+// listenEgress opens the egress proxy's socket where the workload reaches
+// this host and points the plan at it, so that the allowlist holds it.
+func listenEgress(p *Plan, host HostInfo) (net.Listener, error) {
 	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
-		return nil, nil, errors.New("--allow-domain: the backend has no address where the workload can reach this host; run `sforge proxy --egress --allow-domain NAME` on an address it can reach instead")
+		return nil, errors.New("--allow-domain: the backend has no address where the workload can reach this host; run `sforge proxy --egress --allow-domain NAME` on an address it can reach instead")
 	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen for the egress proxy on %s: %w", host.ProxyListen, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := p.UseEgressProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// serveEgress serves the domain allowlist on ln, accepting only the
+// workload's network. Besides the listed names it reaches the allowlist's
+// own destinations (not itself), at their pinned addresses.
+func serveEgress(ctx context.Context, p *Plan, host HostInfo, ln net.Listener, o Options) (*egress.Proxy, func(), error) {
 	refuse, err := egress.HostNetworks()
 	if err != nil {
 		return nil, nil, err
 	}
+	self := ln.Addr().(*net.TCPAddr).AddrPort()
+	var addrs []policy.Endpoint
+	for _, e := range p.Allowlist.Endpoints {
+		if e.Proto == policy.TCP && (e.Port != self.Port() || !e.Prefix.Contains(host.ProxyListen)) {
+			addrs = append(addrs, e)
+		}
+	}
+	pinned := map[string][]netip.Addr{}
+	for name, a := range p.Hosts {
+		if name != host.ProxyHost {
+			pinned[name] = a
+		}
+	}
 	prox, err := egress.New(egress.Config{
 		Allow:      p.AllowDomains,
+		AllowAddrs: addrs,
+		Pinned:     pinned,
 		Resolve:    p.EgressResolve,
 		RefuseNets: refuse,
 		AllowFrom:  host.ProxyClients,
@@ -354,15 +394,6 @@ func startEgress(ctx context.Context, p *Plan, host HostInfo, o Options) (*egres
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create the egress proxy: %w", err)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to listen for the egress proxy on %s: %w", host.ProxyListen, err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := p.UseEgressProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
-		ln.Close()
-		return nil, nil, err
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
