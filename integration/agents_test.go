@@ -295,7 +295,7 @@ func TestAgents(t *testing.T) {
 					key := "destination"
 					if ep, ok := rep["egress_proxy"].(map[string]any); ok {
 						for _, l := range strings.Split(errOut, "\n") {
-							// Each CLI honours NO_PROXY: its API stays direct.
+							// The CLI's API requests stay direct (NO_PROXY).
 							if strings.Contains(l, "component=egress-proxy") && strings.Contains(l, fmt.Sprintf("port=%d", apiPort)) {
 								t.Errorf("the agent's API went through the egress proxy: %s", l)
 							}
