@@ -309,31 +309,48 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 	if o.NewAPIProxy == nil {
 		return nil, errors.New("--api-proxy: this build has no in-process proxy yet; start `sforge proxy --target " + p.UpstreamAPIURL + " --port 9090` yourself and set " + EnvAPIBaseURL + "=http://host.docker.internal:9090")
 	}
-	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
-		return nil, errors.New("--api-proxy: the backend has no address where the workload can reach this host; run `sforge proxy` on an address it can reach and set " + EnvAPIBaseURL)
-	}
 	prox, err := o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, APIKey: p.proxyKey, APIKeyHeader: keyHeader(p), Log: o.Log})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the API proxy: %w", err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	ln, url, err := listenForWorkload(host, "API proxy", "--api-proxy: the backend has no address where the workload can reach this host; run `sforge proxy` on an address it can reach and set "+EnvAPIBaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("failed to listen for the API proxy on %s: %w", host.ProxyListen, err)
+		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := p.UseProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
+	if err := p.UseProxy(url); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	fmt.Fprintf(o.Log, "sforge: API proxy on %s forwards to %s\n", ln.Addr(), p.UpstreamAPIURL)
+	return serveInBackground(ctx, o, "API proxy", prox.Serve, ln), nil
+}
+
+// listenForWorkload opens a socket where the workload reaches this host,
+// and returns it with the URL the workload uses for it; unreachable is the
+// error when the backend has no such address.
+func listenForWorkload(host HostInfo, what, unreachable string) (net.Listener, string, error) {
+	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
+		return nil, "", errors.New(unreachable)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	if err != nil {
+		return nil, "", fmt.Errorf("failed to listen for the %s on %s: %w", what, host.ProxyListen, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	return ln, "http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port)), nil
+}
+
+// serveInBackground serves ln until the returned stop, which waits a
+// bounded time for the server to end and closes ln.
+func serveInBackground(ctx context.Context, o Options, what string, serve func(context.Context, net.Listener) error, ln net.Listener) (stop func()) {
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := prox.Serve(pctx, ln); err != nil && pctx.Err() == nil {
-			fmt.Fprintf(o.Log, "sforge: API proxy stopped: %v\n", err)
+		if err := serve(pctx, ln); err != nil && pctx.Err() == nil {
+			fmt.Fprintf(o.Log, "sforge: %s stopped: %v\n", what, err)
 		}
 	}()
-	fmt.Fprintf(o.Log, "sforge: API proxy on %s forwards to %s\n", ln.Addr(), p.UpstreamAPIURL)
 	return func() {
 		cancel()
 		select {
@@ -341,21 +358,17 @@ func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop fu
 		case <-time.After(10 * time.Second):
 		}
 		ln.Close()
-	}, nil
+	}
 }
 
 // listenEgress opens the egress proxy's socket where the workload reaches
 // this host and points the plan at it, so that the allowlist holds it.
 func listenEgress(p *Plan, host HostInfo) (net.Listener, error) {
-	if !host.ProxyListen.IsValid() || host.ProxyHost == "" {
-		return nil, errors.New("--allow-domain: the backend has no address where the workload can reach this host; run `sforge proxy --egress --allow-domain NAME` on an address it can reach instead")
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host.ProxyListen.String(), "0"))
+	ln, url, err := listenForWorkload(host, "egress proxy", "--allow-domain: the backend has no address where the workload can reach this host; run `sforge proxy --egress --allow-domain NAME` on an address it can reach instead")
 	if err != nil {
-		return nil, fmt.Errorf("failed to listen for the egress proxy on %s: %w", host.ProxyListen, err)
+		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := p.UseEgressProxy("http://" + net.JoinHostPort(host.ProxyHost, strconv.Itoa(port))); err != nil {
+	if err := p.UseEgressProxy(url); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -395,23 +408,8 @@ func serveEgress(ctx context.Context, p *Plan, host HostInfo, ln net.Listener, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create the egress proxy: %w", err)
 	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := prox.Serve(pctx, ln); err != nil && pctx.Err() == nil {
-			fmt.Fprintf(o.Log, "sforge: egress proxy stopped: %v\n", err)
-		}
-	}()
 	fmt.Fprintf(o.Log, "sforge: egress proxy on %s allows %d names\n", ln.Addr(), len(p.AllowDomains))
-	return prox, func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-		ln.Close()
-	}, nil
+	return prox, serveInBackground(ctx, o, "egress proxy", prox.Serve, ln), nil
 }
 
 // egressSummary is the run's line on what the egress proxy decided.
