@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/proxy/proxytest"
 )
 
 // "The internet" of the domain allowlist tests: a host in a namespace of
@@ -200,4 +202,50 @@ echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
 		t.Errorf("the direct connection to the listed name's address is not among the refused: %s", blocked)
 	}
 	e.requireNoContainers(t)
+}
+
+// TestEgressThroughSquid: `sforge proxy --egress` behind a corporate
+// proxy (real squid, from HTTPS_PROXY) opens each tunnel to a listed name
+// with CONNECT through squid, which resolves the name; a name not on the
+// list never reaches squid.
+func TestEgressThroughSquid(t *testing.T) {
+	curl := testenv.RequireBinary(t, "curl")
+	bin := proxyBuildSforge(t)
+	up := proxytest.NewUpstream(t, proxytest.Options{})
+	ca, err := up.WriteCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq := proxyStartSquid(t, up.Port)
+	px := proxyStart(t, bin, []string{"HTTPS_PROXY=http://" + sq.addr, "NO_PROXY=example.invalid"},
+		"--egress", "--allow-domain", proxytest.Host, "--allow-from", "127.0.0.0/8")
+	through := func(url string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, curl, "-sS", "--max-time", "25", "-x", px.url, "--cacert", ca, url).CombinedOutput()
+		return string(out), err
+	}
+	out, err := through(fmt.Sprintf("https://%s:%d/v1/echo", proxytest.Host, up.Port))
+	if err != nil {
+		t.Fatalf("%v: %s\nproxy log:\n%s", err, out, px.logs)
+	}
+	if e := proxyEcho(t, out); e.Host != fmt.Sprintf("%s:%d", proxytest.Host, up.Port) {
+		t.Errorf("the upstream saw Host %q", e.Host)
+	}
+	if out, err := through(fmt.Sprintf("https://other.sforge.test:%d/", up.Port)); err == nil || !strings.Contains(out, "403") {
+		t.Errorf("an unlisted name: %v %s", err, out)
+	}
+	if err := px.stop(t); err != nil {
+		t.Fatalf("sforge proxy exited with %v\n%s", err, px.logs)
+	}
+	line := sq.waitAccessLog(t, "TCP_TUNNEL/200", fmt.Sprintf("CONNECT %s:%d", proxytest.Host, up.Port))
+	t.Logf("squid: %s", line)
+	if b, _ := os.ReadFile(sq.accessLog); strings.Contains(string(b), "other.sforge.test") {
+		t.Errorf("squid saw the unlisted name:\n%s", b)
+	}
+	for _, want := range []string{"via=http://" + sq.addr, "other.sforge.test is not on the domain allowlist", "msg=stopped"} {
+		if !strings.Contains(px.logs.String(), want) {
+			t.Errorf("the proxy's log lacks %q:\n%s", want, px.logs)
+		}
+	}
 }
