@@ -106,9 +106,37 @@ func TestProxyPortInUse(t *testing.T) {
 	}
 }
 
-// TestProxyCommandServes: the command listens where told, forwards to the
-// target's path with the key from the environment, logs, and returns nil
-// once its context ends.
+// startProxyCmd runs `sforge proxy args... --listen 127.0.0.1 --port P` on
+// a free port; stop ends it and fails the test unless it returns nil.
+func startProxyCmd(t *testing.T, args ...string) (port int, out *proxyLogBuffer, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	out = &proxyLogBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		done <- runProxyCmd(ctx, out, append(args, "--listen", "127.0.0.1", "--port", fmt.Sprint(port))...)
+	}()
+	return port, out, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("command returned %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("command did not stop")
+		}
+	}
+}
+
 // TestProxyEgressServes: sforge proxy --egress forwards to a listed name
 // (answered with --resolve) and refuses another, and sums the refusals
 // up when it stops.
@@ -116,23 +144,11 @@ func TestProxyEgressServes(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "answered %s", r.Host) }))
 	defer up.Close()
 	upPort := up.Listener.Addr().(*net.TCPAddr).Port
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	out := &proxyLogBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- runProxyCmd(ctx, out, "--egress", "--listen", "127.0.0.1", "--port", fmt.Sprint(port), "--allow-domain", "listed.test",
-			"--resolve", "listed.test=192.0.2.1", "--allow-from", "127.0.0.0/8")
-	}()
+	port, out, stop := startProxyCmd(t, "--egress", "--allow-domain", "listed.test", "--resolve", "listed.test=192.0.2.1", "--allow-from", "127.0.0.0/8")
 	proxyURL, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
 	var resp *http.Response
+	var err error
 	for range 100 {
 		if resp, err = c.Get(fmt.Sprintf("http://other.test:%d/", upPort)); err == nil {
 			break
@@ -146,15 +162,7 @@ func TestProxyEgressServes(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("an unlisted name: status %d", resp.StatusCode)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("command returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("command did not stop")
-	}
+	stop()
 	for _, want := range []string{"msg=listening", "msg=refused", "host=other.test", "msg=stopped", "other.test is not on the domain allowlist"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
@@ -162,6 +170,9 @@ func TestProxyEgressServes(t *testing.T) {
 	}
 }
 
+// TestProxyCommandServes: the command listens where told, forwards to the
+// target's path with the key from the environment, logs, and returns nil
+// once its context ends.
 func TestProxyCommandServes(t *testing.T) {
 	// The key's header given, or the agent's (a gateway's name says
 	// nothing about it).
@@ -175,22 +186,10 @@ func testProxyCommandServes(t *testing.T, header []string) {
 		fmt.Fprintf(w, "%s %s key=%s", r.Method, r.URL.Path, r.Header.Get("X-Api-Key"))
 	}))
 	defer up.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	out := &proxyLogBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- runProxyCmd(ctx, out, append([]string{"--target", up.URL + "/base", "--listen", "127.0.0.1", "--port", fmt.Sprint(port),
-			"--api-key-env", "KEY", "--allow-from", "127.0.0.0/8"}, header...)...)
-	}()
+	port, out, stop := startProxyCmd(t, append([]string{"--target", up.URL + "/base", "--api-key-env", "KEY", "--allow-from", "127.0.0.0/8"}, header...)...)
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/models", port)
 	var resp *http.Response
+	var err error
 	for range 100 {
 		if resp, err = http.Get(url); err == nil {
 			break
@@ -205,15 +204,7 @@ func testProxyCommandServes(t *testing.T, header []string) {
 	if want := "GET /base/v1/models key=" + proxyTestKey; resp.StatusCode != http.StatusOK || string(body) != want {
 		t.Fatalf("status %d body %q, want %q", resp.StatusCode, body, want)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("command returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("command did not stop")
-	}
+	stop()
 	logs := out.String()
 	for _, want := range []string{"msg=listening", "key_header=X-Api-Key", "msg=request", "path=/v1/models", "status=200", "msg=stopped"} {
 		if !strings.Contains(logs, want) {
