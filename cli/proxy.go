@@ -276,19 +276,25 @@ func (o *proxyOptions) run(parent context.Context) error {
 	if parent == nil {
 		parent = context.Background()
 	}
-	var p interface {
-		Serve(context.Context, net.Listener) error
-	}
-	var ep *egress.Proxy
-	var err error
-	if o.egress {
-		ep, err = egress.New(o.egressCfg)
-		p = ep
+	var serve func(context.Context, net.Listener) error
+	if !o.egress {
+		p, err := proxy.New(o.cfg)
+		if err != nil {
+			return err
+		}
+		serve = p.Serve
 	} else {
-		p, err = proxy.New(o.cfg)
-	}
-	if err != nil {
-		return err
+		ep, err := egress.New(o.egressCfg)
+		if err != nil {
+			return err
+		}
+		serve = func(ctx context.Context, ln net.Listener) error {
+			log := o.egressCfg.Logger
+			log.Info("listening", "addr", ln.Addr().String(), "allow", o.allowDomains, "allow_from", fmt.Sprint(o.egressCfg.AllowFrom))
+			err := ep.Serve(ctx, ln)
+			log.Info("stopped", "allowed", ep.Allowed(), "refused", fmt.Sprint(ep.Denials()))
+			return err
+		}
 	}
 	ln, err := net.Listen(o.network, o.addr)
 	if err != nil {
@@ -300,11 +306,5 @@ func (o *proxyOptions) run(parent context.Context) error {
 		stop()
 	}()
 	defer stop()
-	if ep == nil {
-		return p.Serve(ctx, ln)
-	}
-	o.egressCfg.Logger.Info("listening", "addr", ln.Addr().String(), "allow", o.allowDomains, "allow_from", fmt.Sprint(o.egressCfg.AllowFrom))
-	err = p.Serve(ctx, ln)
-	o.egressCfg.Logger.Info("stopped", "allowed", ep.Allowed(), "refused", fmt.Sprint(ep.Denials()))
-	return err
+	return serve(ctx, ln)
 }

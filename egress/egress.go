@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,10 +89,9 @@ type Denial struct {
 
 // Proxy is the allowlisting forward proxy; it is an http.Handler.
 type Proxy struct {
-	c         Config
-	log       *slog.Logger
-	transport *http.Transport
-	rp        *httputil.ReverseProxy
+	c   Config
+	log *slog.Logger
+	rp  *httputil.ReverseProxy
 
 	mu      sync.Mutex
 	denials map[[2]string]int
@@ -121,24 +121,24 @@ func New(c Config) (*Proxy, error) {
 	if c.MaxDuration <= 0 {
 		c.MaxDuration = DefaultMaxDuration
 	}
-	for name, addrs := range c.Resolve {
-		if err := policy.CheckHost(name); err != nil || len(addrs) == 0 {
-			return nil, fmt.Errorf("egress proxy: --resolve %s: want NAME=ADDRESS with a valid name", name)
-		}
-	}
 	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	p.transport = &http.Transport{
-		Proxy:                  c.Proxy,
-		DialContext:            p.dialChecked,
-		MaxIdleConns:           64,
-		IdleConnTimeout:        90 * time.Second,
-		DisableCompression:     true,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: maxHeaderBytes,
+	// Plain HTTP goes direct, each dial checked, or to the upstream proxy
+	// (which resolves), as decide said.
+	transport := func(proxy func(*http.Request) (*url.URL, error), dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {
+		return &http.Transport{
+			Proxy:                  proxy,
+			DialContext:            dial,
+			MaxIdleConns:           64,
+			IdleConnTimeout:        90 * time.Second,
+			DisableCompression:     true,
+			ExpectContinueTimeout:  time.Second,
+			MaxResponseHeaderBytes: maxHeaderBytes,
+		}
 	}
+	direct, viaProxy := transport(nil, p.dialChecked), transport(c.Proxy, c.Dial)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The target is the absolute URL the client asked for.
@@ -146,16 +146,15 @@ func New(c Config) (*Proxy, error) {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del("Proxy-Authorization")
 		},
-		Transport:     p.transport,
+		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.Context().Value(viaKey{}) != nil {
+				return viaProxy.RoundTrip(r)
+			}
+			return direct.RoundTrip(r)
+		}),
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var ref *refusal
-			if errors.As(err, &ref) {
-				p.deny(w, r, hostOf(r), ref.reason)
-				return
-			}
-			p.log.Warn("failed to reach upstream", "client", r.RemoteAddr, "host", r.URL.Host, "err", err)
-			http.Error(w, "sforge egress proxy: failed to reach "+r.URL.Host+": "+err.Error(), http.StatusBadGateway)
+			p.denyOrFail(w, r, hostOf(r), fmt.Errorf("failed to reach %s: %w", r.URL.Host, err))
 		},
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
@@ -288,13 +287,56 @@ func (p *Proxy) plain(w http.ResponseWriter, r *http.Request) {
 	}
 	// Checked here for the log line and the 403; dialChecked checks again
 	// at each dial (a kept-alive connection is reused only for its host).
-	if _, err := p.destinations(r.Context(), host, port); err != nil {
-		p.deny(w, r, host, err.Error())
+	_, via, err := p.decide(r.Context(), "http", host, port)
+	if err != nil {
+		p.denyOrFail(w, r, host, err)
 		return
 	}
 	p.noteAllowed()
-	p.log.Info("allowed", "client", r.RemoteAddr, "method", r.Method, "host", host, "port", port)
+	p.log.Info("allowed", "client", r.RemoteAddr, "method", r.Method, "host", host, "port", port, "via", redacted(via))
+	if via != nil {
+		r = r.WithContext(context.WithValue(r.Context(), viaKey{}, via))
+	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// viaKey marks a plain request that goes through the upstream proxy.
+type viaKey struct{}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// decide is the one decision on a destination, for CONNECT and plain HTTP
+// alike. Direct, it returns the addresses to dial (destinations); through
+// an upstream proxy, which resolves, the name must still be listed (or
+// the literal on the allowlist) and via says where to go.
+func (p *Proxy) decide(ctx context.Context, scheme, host string, port uint16) ([]netip.Addr, *url.URL, error) {
+	authority := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	via, err := p.c.Proxy(&http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: scheme, Host: authority}, Host: authority, Header: http.Header{}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the upstream proxy setting is not valid: %w", err)
+	}
+	if via == nil {
+		addrs, err := p.destinations(ctx, host, port)
+		return addrs, nil, err
+	}
+	if !policy.MatchDomain(p.c.Allow, host) && !p.literalListed(host, port) {
+		return nil, nil, refusedf("%s is not on the domain allowlist", host)
+	}
+	return nil, via, nil
+}
+
+// denyOrFail answers a refusal with 403 (logged and counted), anything
+// else with 502.
+func (p *Proxy) denyOrFail(w http.ResponseWriter, r *http.Request, host string, err error) {
+	var ref *refusal
+	if errors.As(err, &ref) {
+		p.deny(w, r, host, ref.reason)
+		return
+	}
+	p.log.Warn("failed", "client", r.RemoteAddr, "host", host, "err", err)
+	http.Error(w, "sforge egress proxy: "+err.Error(), http.StatusBadGateway)
 }
 
 // dialChecked is the plain-HTTP transport's dial: the checks of
@@ -334,21 +376,9 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.c.MaxDuration)
 	defer cancel()
-	upURL := &url.URL{Scheme: "https", Host: r.Host}
-	via, err := p.c.Proxy(&http.Request{Method: http.MethodConnect, URL: upURL, Host: r.Host, Header: http.Header{}})
+	addrs, via, err := p.decide(ctx, "https", host, port)
 	if err != nil {
-		http.Error(w, "sforge egress proxy: the upstream proxy setting is not valid: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	var addrs []netip.Addr
-	if via == nil {
-		if addrs, err = p.destinations(ctx, host, port); err != nil {
-			p.deny(w, r, host, err.Error())
-			return
-		}
-	} else if !policy.MatchDomain(p.c.Allow, host) && !p.literalListed(host, port) {
-		// The upstream proxy resolves; the name must still be listed.
-		p.deny(w, r, host, host+" is not on the domain allowlist")
+		p.denyOrFail(w, r, host, err)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -439,9 +469,6 @@ func (p *Proxy) dialVia(ctx context.Context, via *url.URL, authority string) (ne
 		req.Header.Set("Proxy-Authorization", req.Header.Get("Authorization"))
 		req.Header.Del("Authorization")
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
 	_ = c.SetDeadline(time.Now().Add(dialTimeout))
 	if err := req.Write(c); err != nil {
 		c.Close()
@@ -471,3 +498,11 @@ type bufferedConn struct {
 }
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// CloseWrite half-closes, as the tunnel does when one side is done.
+func (b *bufferedConn) CloseWrite() error {
+	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return b.Conn.Close()
+}

@@ -354,7 +354,7 @@ func TestUpstreamProxy(t *testing.T) {
 		seen = append(seen, r.Method+" "+r.Host+" auth="+r.Header.Get("Proxy-Authorization"))
 		mu.Unlock()
 		if r.Method != http.MethodConnect {
-			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			fmt.Fprintf(w, "corp forwarded %s %s", r.Method, r.URL)
 			return
 		}
 		_, p, _ := net.SplitHostPort(r.Host)
@@ -383,10 +383,19 @@ func TestUpstreamProxy(t *testing.T) {
 	if code, _ := r.rawConnect(t, fmt.Sprintf("other.test:%d", up.tlsPort), &tls.Config{ServerName: "other.test"}); code != http.StatusForbidden {
 		t.Fatalf("an unlisted name through the upstream proxy: %d", code)
 	}
+	// Plain HTTP goes to the upstream proxy as an absolute-form request.
+	code, body, err = get(t, r.client(), fmt.Sprintf("http://behind.test:%d/p", up.plainPort))
+	if err != nil || code != 200 || body != fmt.Sprintf("corp forwarded GET http://behind.test:%d/p", up.plainPort) {
+		t.Fatalf("plain HTTP through the upstream proxy: %d %q %v\n%s", code, body, err, r.logs)
+	}
+	if code, _, err := get(t, r.client(), fmt.Sprintf("http://other.test:%d/", up.plainPort)); err != nil || code != http.StatusForbidden {
+		t.Fatalf("an unlisted name as plain HTTP through the upstream proxy: %d %v", code, err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 1 || !strings.HasPrefix(seen[0], fmt.Sprintf("CONNECT behind.test:%d auth=Basic ", up.tlsPort)) {
-		t.Fatalf("the upstream proxy saw %v", seen)
+	want := []string{fmt.Sprintf("CONNECT behind.test:%d auth=Basic dTpw", up.tlsPort), fmt.Sprintf("GET behind.test:%d auth=Basic dTpw", up.plainPort)}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the upstream proxy saw %q, want %q", seen, want)
 	}
 }
 

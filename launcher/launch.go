@@ -390,16 +390,10 @@ func serveEgress(ctx context.Context, p *Plan, host HostInfo, ln net.Listener, o
 			addrs = append(addrs, e)
 		}
 	}
-	pinned := map[string][]netip.Addr{}
-	for name, a := range p.Hosts {
-		if name != host.ProxyHost {
-			pinned[name] = a
-		}
-	}
 	prox, err := egress.New(egress.Config{
 		Allow:      p.AllowDomains,
 		AllowAddrs: addrs,
-		Pinned:     pinned,
+		Pinned:     p.Hosts,
 		Resolve:    p.EgressResolve,
 		RefuseNets: refuse,
 		AllowFrom:  host.ProxyClients,

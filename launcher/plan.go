@@ -323,12 +323,7 @@ func (p *Plan) setDomains(req Request) error {
 	if err != nil {
 		return &UsageError{Msg: err.Error()}
 	}
-	all := append(flags, p.Task.AllowDomains...)
-	var names []string
-	for _, d := range all {
-		names = append(names, d.String())
-	}
-	all, _ = policy.ParseDomainPatterns("allow_domains", names)
+	all := policy.CompactDomains(slices.Concat(flags, p.Task.AllowDomains))
 	resolve, err := egress.ParseResolve("--resolve", req.EgressResolve)
 	if err != nil {
 		return &UsageError{Msg: err.Error()}

@@ -85,8 +85,14 @@ func ParseDomainPatterns(field string, list []string) ([]DomainPattern, error) {
 		}
 		out = append(out, d)
 	}
+	return CompactDomains(out), nil
+}
+
+// CompactDomains returns patterns sorted and without duplicates.
+func CompactDomains(patterns []DomainPattern) []DomainPattern {
+	out := slices.Clone(patterns)
 	slices.SortFunc(out, func(a, b DomainPattern) int { return strings.Compare(a.String(), b.String()) })
-	return slices.Compact(out), nil
+	return slices.Compact(out)
 }
 
 // MatchDomain reports whether any pattern allows host.
