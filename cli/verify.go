@@ -53,7 +53,7 @@ func newCmdVerifyWith(s Streams, backends backendFactory, r policy.Resolver) *co
 		o.newBackend = realBackends(&o.k8s, nil)
 	}
 	cmd := &cobra.Command{
-		Use:   "verify --judge-url URL [--api-url URL] [--canary HOST:PORT] [--backend docker|k8s] [-o table|json]",
+		Use:   "verify --judge-url URL [--api-url URL] [--canary HOST:PORT] [--allow-domain NAME...] [--backend docker|k8s] [-o table|json]",
 		Short: "Prove the isolation works here: run a hostile probe under exactly what `sforge run` applies",
 		Long: `Run sforge-probe in a Work container isolated exactly as ` + "`sforge run --disable-internet`" + `
 would isolate an agent (same runtime, capabilities, allowlist and pinned
@@ -64,6 +64,17 @@ hosts), let it try every way out, and report each attempt:
     ports, IPv6 (global and link-local), DNS to 127.0.0.11 and other servers,
     the gateway's other ports, 169.254.169.254, --neighbour addresses, raw and
     AF_PACKET sockets, changing nftables from inside, unshare of a new netns.
+
+With --allow-domain the probe runs behind the run's egress proxy, as an
+agent of ` + "`sforge run --allow-domain`" + ` would, and also tries:
+
+  - control: each listed name (not a wildcard) over TLS through the proxy;
+  - refused: a name not on the list (resolving where the first listed name
+    does), also as plain HTTP; the first listed name with another SNI,
+    without SNI and with Encrypted Client Hello; listed names that resolve
+    to 127.0.0.1, 169.254.169.254 and this host (verify adds them, the
+    proxy refuses them before any connection); the listed name's addresses
+    as IP literals through the proxy and directly, around it.
 
 With --backend k8s the probe runs in a Work Pod exactly as ` + "`sforge run --backend k8s`" + `
 makes it (NetworkPolicy first, the sforge.io/egress annotation for
@@ -106,6 +117,9 @@ has it at /sforge-probe (required with --backend k8s).`,
   # Also require the API proxy to be reachable, JSON report for CI
   sforge verify --judge-url http://10.0.0.12:8080 --api-url http://host.docker.internal:9090 -o json
 
+  # A domain allowlist: docs.example.com through the egress proxy, nothing else
+  sforge verify --judge-url http://host.docker.internal:8080 --allow-domain docs.example.com
+
   # Kubernetes: the probe image pushed where the nodes pull from
   sforge verify --backend k8s --namespace agents --image registry.example.com/sforge-probe:1 \
     --judge-url http://10.0.0.12:8080 --canary 203.0.113.10:80`,
@@ -124,6 +138,8 @@ has it at /sforge-probe (required with --backend k8s).`,
 	f.StringVar(&o.req.Canary, "canary", "", "HOST:PORT the container must NOT reach (TCP, UDP, ICMP to its host), e.g. a server you run outside")
 	f.StringArrayVar(&o.req.Neighbours, "neighbour", nil, "address of another container or host that must be unreachable (repeatable)")
 	f.StringArrayVar(&o.req.Forbidden6, "ipv6-target", nil, "IPv6 address that must be unreachable (repeatable)")
+	f.StringArrayVar(&o.req.AllowDomains, "allow-domain", nil, "verify a domain allowlist: the probe reaches this name through the egress proxy, as an agent of `sforge run --allow-domain` would, and tries the ways around it (repeatable) (docker)")
+	f.StringArrayVar(&o.req.Resolve, "resolve", nil, "with --allow-domain: the egress proxy answers NAME with ADDRESS instead of looking it up (NAME=ADDRESS, repeatable)")
 	f.StringVar(&o.req.Image, "image", "", "run the probe from this image (it must hold /sforge-probe) instead of building one; required with --backend k8s")
 	o.k8s.addFlags(f)
 	f.StringVar(&o.req.Probe, "probe", "", "the static sforge-probe binary to put in the image (default: next to sforge, else in PATH)")
@@ -142,6 +158,9 @@ func (o *verifyOptions) validate() error {
 	}
 	if err := o.k8s.validate(o.req.Backend); err != nil {
 		return err
+	}
+	if o.req.Backend == "k8s" && len(o.req.AllowDomains) > 0 {
+		return errors.New("--allow-domain is not available with --backend k8s: verify runs the egress proxy in this process, which a Pod cannot reach (docs/kubernetes.md)")
 	}
 	if o.req.Backend == "k8s" && o.req.Image == "" {
 		// A Pod pulls its image; verify cannot build one for it.

@@ -30,6 +30,10 @@ func TestVerifyFlags(t *testing.T) {
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--attempt-timeout", "1h"}, "--attempt-timeout"},
 		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--canary", "nope"}, "--canary"},
 		{[]string{"--judge-url", "gopher://x", "--image", "x"}, "--judge-url"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--backend", "k8s", "--allow-domain", "docs.example.com"}, "--allow-domain is not available with --backend k8s"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--allow-domain", "*.example.com"}, "at least one name without a wildcard"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--allow-domain", "10.0.0.7"}, "--allow-domain[0]"},
+		{[]string{"--judge-url", "http://10.0.0.1:80", "--image", "x", "--allow-domain", "docs.example.com", "--resolve", "docs.example.com"}, "--resolve"},
 	} {
 		var out, errb bytes.Buffer
 		called := false

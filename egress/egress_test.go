@@ -3,10 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
-	"crypto/ecdh"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sforge-dev/netiso/internal/echconfig"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -413,29 +411,10 @@ func TestNewRefusesNothingAllowed(t *testing.T) {
 	}
 }
 
-// echConfigList is an ECHConfigList (RFC 9849) of one X25519 config with
-// publicName: enough for crypto/tls to send an Encrypted Client Hello.
 func echConfigList(t *testing.T, publicName string) []byte {
-	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	l, err := echconfig.List(publicName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := key.PublicKey().Bytes()
-	var c []byte
-	c = append(c, 1)                             // config_id
-	c = binary.BigEndian.AppendUint16(c, 0x0020) // KEM: DHKEM(X25519, HKDF-SHA256)
-	c = binary.BigEndian.AppendUint16(c, uint16(len(pub)))
-	c = append(c, pub...)
-	c = binary.BigEndian.AppendUint16(c, 4)      // cipher suites
-	c = binary.BigEndian.AppendUint16(c, 0x0001) // HKDF-SHA256
-	c = binary.BigEndian.AppendUint16(c, 0x0001) // AES-128-GCM
-	c = append(c, 0)                             // maximum_name_length
-	c = append(c, byte(len(publicName)))
-	c = append(c, publicName...)
-	c = binary.BigEndian.AppendUint16(c, 0) // extensions
-	var cfg []byte
-	cfg = binary.BigEndian.AppendUint16(cfg, extensionECH)
-	cfg = binary.BigEndian.AppendUint16(cfg, uint16(len(c)))
-	cfg = append(cfg, c...)
-	return append(binary.BigEndian.AppendUint16(nil, uint16(len(cfg))), cfg...)
+	return l
 }

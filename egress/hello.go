@@ -9,10 +9,9 @@ import (
 	"net"
 	"slices"
 	"time"
-)
 
-// extensionECH is the encrypted_client_hello extension's code point.
-const extensionECH = 0xfe0d
+	"github.com/sforge-dev/netiso/internal/echconfig"
+)
 
 // maxHelloBytes bounds what is read while waiting for a ClientHello: a
 // record is at most 16 KiB plus its header, and a hello may span records.
@@ -39,7 +38,7 @@ func ReadHello(ctx context.Context, r io.Reader) (Hello, []byte, error) {
 	seen := false
 	conn := tls.Server(rc, &tls.Config{
 		GetConfigForClient: func(info *tls.ClientHelloInfo) (*tls.Config, error) {
-			h = Hello{ServerName: info.ServerName, ECH: slices.Contains(info.Extensions, extensionECH)}
+			h = Hello{ServerName: info.ServerName, ECH: slices.Contains(info.Extensions, echconfig.Extension)}
 			seen = true
 			return nil, errHelloRead
 		},

@@ -204,6 +204,75 @@ echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
 	e.requireNoContainers(t)
 }
 
+// egressKinds are the domain allowlist's attempts of the probe.
+var egressKinds = []string{
+	"egress-allowed", "egress-unlisted", "egress-plain-unlisted", "egress-sni-mismatch", "egress-no-sni",
+	"egress-ech", "egress-rebind", "egress-ip-literal", "egress-bypass-tcp",
+}
+
+// TestVerifyEgress: `sforge verify --allow-domain` on a real dockerd, the
+// probe started as the container's process and by exec. The listed name
+// answers through the egress proxy; every other attempt is refused: a
+// name not on the list (over TLS and plain HTTP), another SNI, no SNI,
+// Encrypted Client Hello, listed names resolving to loopback, the
+// metadata address and this host, the name's address as an IP literal
+// and directly around the proxy. With the runtime registered as plain
+// runc the direct attempt gets through, and verify says so.
+func TestVerifyEgress(t *testing.T) {
+	shim := requireIsolationPieces(t)
+	runc := testenv.RequireBinary(t, "runc")
+	e := newLauncherEnv(t, nil)
+	e.setRuntime(t, shim, nil)
+	startInternetHost(t, e)
+	args := []string{"--judge-url", e.judgeURL, "--allow-domain", "allowed.test", "--resolve", "allowed.test=" + internetHostAddr.String(), "-o", "json"}
+	for _, mode := range []struct {
+		name  string
+		extra []string
+	}{{"first process", nil}, {"exec", []string{"--exec"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			code, out, errOut := e.runVerifyInNetNS(t, append(args, mode.extra...)...)
+			rep := parseVerifyReport(t, out)
+			if code != 0 || !rep.OK || rep.Leaks != 0 || rep.FailedControls != 0 {
+				t.Fatalf("exit %d, report ok=%v leaks=%d failed controls=%d; stderr:\n%s\nstdout:\n%s", code, rep.OK, rep.Leaks, rep.FailedControls, errOut, out)
+			}
+			tried := map[string]int{}
+			for _, v := range rep.Verdicts {
+				if strings.HasPrefix(v.Check, "egress-") {
+					tried[v.Check]++
+					t.Logf("%s %s: %s (%s)", v.Check, v.Target, v.Got, v.Error)
+				}
+			}
+			for _, k := range egressKinds {
+				if tried[k] == 0 {
+					t.Errorf("verify did not try %s", k)
+				}
+			}
+			if tried["egress-rebind"] != 3 {
+				t.Errorf("%d rebinding names tried, want loopback, metadata and this host", tried["egress-rebind"])
+			}
+			if !strings.Contains(errOut, "sforge: the egress proxy let ") {
+				t.Errorf("no summary line of the egress proxy:\n%s", errOut)
+			}
+			e.requireNoContainers(t)
+		})
+	}
+	t.Run("runtime is plain runc: the way around the proxy is a leak", func(t *testing.T) {
+		e.setRuntime(t, runc, nil)
+		code, out, errOut := e.runVerifyInNetNS(t, args...)
+		rep := parseVerifyReport(t, out)
+		leaked := map[string]bool{}
+		for _, v := range rep.Verdicts {
+			if !v.Pass {
+				leaked[v.Check+" "+v.Target] = true
+			}
+		}
+		if code != 1 || rep.OK || !leaked["egress-bypass-tcp "+internetHostAddr.String()+":443"] {
+			t.Fatalf("exit %d ok=%v leaks %v: the direct connection must be reported\nstdout:\n%s\nstderr:\n%s", code, rep.OK, leaked, out, errOut)
+		}
+		e.requireNoContainers(t)
+	})
+}
+
 // TestEgressThroughSquid: `sforge proxy --egress` behind a corporate
 // proxy (real squid, from HTTPS_PROXY) opens each tunnel to a listed name
 // with CONNECT through squid, which resolves the name; a name not on the

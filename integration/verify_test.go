@@ -35,11 +35,24 @@ type verifyReport struct {
 // test's dockerd.
 func (e *launcherEnv) runVerify(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return e.runVerifyCmd(t, nil, args...)
+}
+
+// runVerifyInNetNS runs it in dockerd's namespace, where the egress proxy
+// it starts can listen on the Docker bridge.
+func (e *launcherEnv) runVerifyInNetNS(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return e.runVerifyCmd(t, []string{"nsenter", "--net=" + e.d.NetNS.Path(), "--"}, args...)
+}
+
+func (e *launcherEnv) runVerifyCmd(t *testing.T, prefix []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	sforge := testbin.Build(t, "./cmd/sforge")
 	testbin.Build(t, "./cmd/sforge-probe")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, sforge, append([]string{"verify"}, args...)...)
+	argv := append(append(append([]string{}, prefix...), sforge, "verify"), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(cmd.Environ(), "DOCKER_HOST="+e.d.Host)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb

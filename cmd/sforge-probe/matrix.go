@@ -67,6 +67,9 @@ type MatrixConfig struct {
 	TunnelZone string `json:"tunnel_zone,omitempty"`
 	// Timeout per attempt (default 1.5s).
 	Timeout string `json:"timeout,omitempty"`
+	// Egress, with a domain allowlist, is its proxy's world: names that
+	// must pass through it and attempts that must not.
+	Egress *EgressConfig `json:"egress,omitempty"`
 	// Skip names checks not to run (e.g. "metadata" where 169.254.169.254
 	// must not be contacted at all).
 	Skip []string `json:"skip,omitempty"`
@@ -207,6 +210,11 @@ func parseMatrixConfig(raw []byte) (*MatrixConfig, error) {
 			return nil, fmt.Errorf(`matrix: invalid config: "timeout" %q: want a duration in (0, 10s]`, cfg.Timeout)
 		}
 	}
+	if cfg.Egress != nil {
+		if err := cfg.Egress.validate(); err != nil {
+			return nil, fmt.Errorf("matrix: invalid config: %w", err)
+		}
+	}
 	if cfg.TunnelZone != "" && !validZone(cfg.TunnelZone) {
 		return nil, fmt.Errorf(`matrix: invalid config: "tunnel_zone" %q: want a DNS name of lower-case letters, digits, '-' and '.', at most 200 characters`, cfg.TunnelZone)
 	}
@@ -316,6 +324,9 @@ func planMatrix(cfg *MatrixConfig, gateway netip.Addr, ifaces []string) []attemp
 		}
 		g := gateway.String()
 		add("gateway-icmp", g, expectRefused, func(d time.Duration) error { return checkICMP(g, d) })
+	}
+	if cfg.Egress != nil {
+		planEgress(cfg.Egress, add)
 	}
 	add("metadata", "169.254.169.254:80", expectRefused, tcp("tcp4", "169.254.169.254:80"))
 

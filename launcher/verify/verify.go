@@ -15,13 +15,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/sforge-dev/netiso/egress"
 	"github.com/sforge-dev/netiso/launcher"
 	"github.com/sforge-dev/netiso/launcher/agent"
 	"github.com/sforge-dev/netiso/policy"
@@ -58,6 +61,11 @@ type Request struct {
 	// (`docker exec`), the way harnesses run an agent's tool calls,
 	// instead of as the container's first process.
 	Exec bool
+	// AllowDomains is a domain allowlist (--allow-domain) to verify: its
+	// names are reached through the run's egress proxy and nothing else
+	// is; Resolve are the proxy's fixed answers (--resolve NAME=ADDRESS).
+	AllowDomains []string
+	Resolve      []string
 }
 
 // holdArgs keep an --exec run's container open while the probe is exec'd
@@ -109,8 +117,18 @@ type Diagnoser interface {
 }
 
 // MatrixConfig builds the probe's configuration; it mirrors the probe's
-// MatrixConfig (cmd/sforge-probe/matrix.go).
+// MatrixConfig (cmd/sforge-probe/matrix.go). The domain allowlist's part
+// needs a resolver: Run adds it.
 func MatrixConfig(r Request) (string, error) {
+	cfg, err := matrixConfig(r)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(cfg)
+	return string(b), err
+}
+
+func matrixConfig(r Request) (map[string]any, error) {
 	var allowed []string
 	for _, u := range []struct{ src, url string }{{"--judge-url", r.JudgeURL}, {"--api-url", r.APIURL}} {
 		if u.url == "" {
@@ -118,7 +136,7 @@ func MatrixConfig(r Request) (string, error) {
 		}
 		t, err := policy.ParseTarget(u.src, u.url)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		allowed = append(allowed, net.JoinHostPort(t.Host, fmt.Sprint(t.Port)))
 	}
@@ -126,7 +144,7 @@ func MatrixConfig(r Request) (string, error) {
 	if r.Canary != "" {
 		host, _, err := net.SplitHostPort(r.Canary)
 		if err != nil || host == "" {
-			return "", fmt.Errorf("--canary %q: want host:port, e.g. 203.0.113.10:80", r.Canary)
+			return nil, fmt.Errorf("--canary %q: want host:port, e.g. 203.0.113.10:80", r.Canary)
 		}
 		cfg["canary"] = r.Canary
 		cfg["forbidden"] = []string{host}
@@ -140,8 +158,124 @@ func MatrixConfig(r Request) (string, error) {
 	if r.AttemptTimeout > 0 {
 		cfg["timeout"] = r.AttemptTimeout.String()
 	}
-	b, err := json.Marshal(cfg)
-	return string(b), err
+	if len(r.AllowDomains) > 0 {
+		exact, err := exactDomains(r.AllowDomains)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := egress.ParseResolve("--resolve", r.Resolve); err != nil {
+			return nil, err
+		}
+		cfg["egress"] = map[string]any{"allowed": withPort(exact), "unlisted": withPort([]string{unlistedName})[0]}
+	}
+	return cfg, nil
+}
+
+// The names verify adds to the run's egress proxy: one not on the list
+// that resolves where the first listed name does, and listed ones that
+// resolve to loopback, the metadata address and this host.
+const (
+	unlistedName = "unlisted.sforge-verify.invalid"
+	rebindZone   = ".rebind.sforge-verify.invalid"
+)
+
+// exactDomains are the listed names the probe can reach: a wildcard names
+// no host to try.
+func exactDomains(list []string) ([]string, error) {
+	pats, err := policy.ParseDomainPatterns("--allow-domain", list)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range pats {
+		if !d.Wildcard {
+			out = append(out, d.Name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--allow-domain: give at least one name without a wildcard: the probe must reach a listed name through the egress proxy, and *.NAME names no host to try")
+	}
+	return out, nil
+}
+
+// withPort puts the names at 443, where the probe tries them over TLS.
+func withPort(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = net.JoinHostPort(n, "443")
+	}
+	return out
+}
+
+// egressWorld completes the probe's egress part and returns the names and
+// fixed answers the run's proxy gets besides the user's: the first listed
+// name is resolved here, as the proxy would, for the probe to try its
+// addresses around the proxy and as IP literals through it.
+func egressWorld(ctx context.Context, r Request, cfg map[string]any, o Options) (domains, resolve []string, err error) {
+	exact, _ := exactDomains(r.AllowDomains)
+	fixed, _ := egress.ParseResolve("--resolve", r.Resolve)
+	first := exact[0]
+	addrs, ok := fixed[first]
+	if !ok {
+		res := o.Resolver
+		if res == nil {
+			res = net.DefaultResolver
+		}
+		rctx, cancel := context.WithTimeout(ctx, cmpDuration(o.ResolveTimeout, policy.DefaultResolveTimeout))
+		defer cancel()
+		if addrs, err = res.LookupNetIP(rctx, "ip4", first); err != nil {
+			return nil, nil, fmt.Errorf("--allow-domain %s: does not resolve here (%v): the probe tries its address around the proxy; pass --resolve %s=ADDRESS", first, err, first)
+		}
+	}
+	var direct []string
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			direct = append(direct, netip.AddrPortFrom(a, 443).String())
+			resolve = append(resolve, unlistedName+"="+a.String())
+		}
+	}
+	if len(direct) == 0 {
+		return nil, nil, fmt.Errorf("--allow-domain %s: no IPv4 address (IPv6 is blocked in the sandbox); pass --resolve %s=ADDRESS", first, first)
+	}
+	rebind := map[string]string{"loopback": "127.0.0.1", "metadata": "169.254.169.254"}
+	if h := hostAddr(); h.IsValid() {
+		rebind["host"] = h.String()
+	}
+	var names []string
+	for _, k := range []string{"loopback", "metadata", "host"} {
+		if a, ok := rebind[k]; ok {
+			n := k + rebindZone
+			names = append(names, n)
+			resolve = append(resolve, n+"="+a)
+		}
+	}
+	e := cfg["egress"].(map[string]any)
+	e["rebind"], e["direct"] = withPort(names), direct
+	return names, resolve, nil
+}
+
+// hostAddr is an IPv4 address of this host outside loopback, where a
+// listed name may not lead.
+func hostAddr() netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
+				return ip.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }
 
 // WriteTask writes the throw-away task into dir and returns its path: the
@@ -222,10 +356,21 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		o.Log = io.Discard
 	}
 	rep := &Report{Backend: b.Name()}
-	matrix, err := MatrixConfig(r)
+	cfg, err := matrixConfig(r)
 	if err != nil {
 		return nil, err
 	}
+	var domains, resolve []string
+	if len(r.AllowDomains) > 0 {
+		if domains, resolve, err = egressWorld(ctx, r, cfg, o); err != nil {
+			return nil, err
+		}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	matrix := string(raw)
 	dir, err := os.MkdirTemp("", "sforge-verify-")
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a temporary directory: %w", err)
@@ -245,6 +390,8 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		DisableInternet: true,
 		Backend:         b.Name(),
 		JudgeURL:        r.JudgeURL,
+		AllowDomains:    slices.Concat(r.AllowDomains, domains),
+		EgressResolve:   slices.Concat(r.Resolve, resolve),
 		LookupEnv: func(k string) (string, bool) {
 			switch k {
 			case launcher.EnvAPIBaseURL:

@@ -1,9 +1,14 @@
 package verify
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,5 +109,59 @@ func TestJudge(t *testing.T) {
 	ok.judge()
 	if ok.OK {
 		t.Fatal("a failed finding passed")
+	}
+}
+
+type fixedResolver map[string][]netip.Addr
+
+func (f fixedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+// TestEgressWorld: with a domain allowlist the probe is told the listed
+// names, an unlisted one resolving where the first listed name does,
+// names that resolve into loopback, the metadata address and this host,
+// and the first name's addresses; the run's proxy gets the extra names.
+func TestEgressWorld(t *testing.T) {
+	r := Request{JudgeURL: "http://judge.example:8080", AllowDomains: []string{"*.cdn.example", "docs.example", "data.example"}}
+	cfg, err := matrixConfig(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	domains, resolve, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{"data.example": {netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg["egress"].(map[string]any)
+	if got := strings.TrimSpace(fmt.Sprintln(e["allowed"], e["unlisted"], e["direct"])); got != "[data.example:443 docs.example:443] unlisted.sforge-verify.invalid:443 [203.0.113.7:443]" {
+		t.Errorf("egress %s", got)
+	}
+	if got := fmt.Sprint(domains); !strings.HasPrefix(got, "[loopback.rebind.sforge-verify.invalid metadata.rebind.sforge-verify.invalid") {
+		t.Errorf("domains %s", got)
+	}
+	want := []string{"unlisted.sforge-verify.invalid=203.0.113.7", "loopback.rebind.sforge-verify.invalid=127.0.0.1", "metadata.rebind.sforge-verify.invalid=169.254.169.254"}
+	if len(resolve) < 3 || !slices.Equal(resolve[:3], want) {
+		t.Errorf("resolve %v, want %v first", resolve, want)
+	}
+	if len(e["rebind"].([]string)) != len(domains) {
+		t.Errorf("rebind %v for domains %v", e["rebind"], domains)
+	}
+	// The user's --resolve answers for the first name; a name that does
+	// not resolve says how to fix it.
+	r.Resolve = []string{"data.example=198.51.100.9"}
+	cfg, _ = matrixConfig(r)
+	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cfg["egress"].(map[string]any)["direct"]); got != "[198.51.100.9:443]" {
+		t.Errorf("direct %s", got)
+	}
+	r.Resolve = nil
+	cfg, _ = matrixConfig(r)
+	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}}); err == nil || !strings.Contains(err.Error(), "pass --resolve data.example=ADDRESS") {
+		t.Errorf("unresolved: %v", err)
 	}
 }

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/echconfig"
+)
+
+// EgressConfig is what the probe is told about a domain allowlist, whose
+// names are reached only through sforge's egress proxy.
+type EgressConfig struct {
+	// Proxy is the egress proxy's host:port (default: $HTTPS_PROXY's,
+	// which the run sets).
+	Proxy string `json:"proxy,omitempty"`
+	// Allowed are listed name:port, reachable through the proxy over TLS:
+	// the positive controls.
+	Allowed []string `json:"allowed"`
+	// Unlisted is a name:port not on the list (that resolves where an
+	// allowed name does, so that a proxy that let it through would reach
+	// a server).
+	Unlisted string `json:"unlisted"`
+	// Rebind are listed name:port that resolve to loopback, link-local or
+	// this host's addresses.
+	Rebind []string `json:"rebind,omitempty"`
+	// Direct are the addresses (address:port) an allowed name resolves
+	// to: tried around the proxy, and through it as IP literals.
+	Direct []string `json:"direct,omitempty"`
+}
+
+func (e *EgressConfig) validate() error {
+	if len(e.Allowed) == 0 {
+		return errors.New(`"egress.allowed" is empty: name at least one listed name:port the proxy must let through`)
+	}
+	if e.Unlisted == "" {
+		return errors.New(`"egress.unlisted" is empty: name a name:port that is not on the list`)
+	}
+	for _, hp := range append(append(append([]string{e.Proxy, e.Unlisted}, e.Allowed...), e.Rebind...), e.Direct...) {
+		if hp == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return fmt.Errorf(`"egress": %q is not host:port: %w`, hp, err)
+		}
+	}
+	return nil
+}
+
+// egressProxy is where the egress checks send their requests.
+func egressProxy(e *EgressConfig) (string, error) {
+	if e.Proxy != "" {
+		return e.Proxy, nil
+	}
+	for _, k := range []string{"HTTPS_PROXY", "https_proxy"} {
+		if v := os.Getenv(k); v != "" {
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" {
+				return "", fmt.Errorf("$%s %q is not a proxy URL", k, v)
+			}
+			if u.Port() == "" {
+				return net.JoinHostPort(u.Hostname(), "80"), nil
+			}
+			return u.Host, nil
+		}
+	}
+	return "", errors.New("$HTTPS_PROXY is not set: the container was not pointed at the egress proxy")
+}
+
+// planEgress lists the domain allowlist's attempts. The proxy decides a
+// CONNECT's destination before it answers, so a refused destination is a
+// CONNECT not answered 200; a refused ClientHello (read after the 200) is
+// a tunnel closed before the server said anything.
+func planEgress(e *EgressConfig, add func(check, target, expect string, try func(time.Duration) error)) {
+	proxy := func() (string, error) { return egressProxy(e) }
+	host := func(hp string) string { h, _, _ := net.SplitHostPort(hp); return h }
+	for _, hp := range e.Allowed {
+		add("egress-allowed", hp, expectReachable, func(d time.Duration) error {
+			return tryTunnel(proxy, hp, &tls.Config{ServerName: host(hp)}, d)
+		})
+	}
+	unlisted := host(e.Unlisted)
+	add("egress-unlisted", e.Unlisted, expectRefused, func(d time.Duration) error { return tryConnect(proxy, e.Unlisted, d) })
+	plain := "http://" + unlisted + "/"
+	add("egress-plain-unlisted", plain, expectRefused, func(d time.Duration) error { return tryPlain(proxy, plain, d) })
+	first := e.Allowed[0]
+	add("egress-sni-mismatch", first+" with SNI "+unlisted, expectRefused, func(d time.Duration) error {
+		return tryTunnel(proxy, first, &tls.Config{ServerName: unlisted}, d)
+	})
+	add("egress-no-sni", first+" without SNI", expectRefused, func(d time.Duration) error {
+		// An IP literal as ServerName makes crypto/tls send no SNI.
+		return tryTunnel(proxy, first, &tls.Config{ServerName: "192.0.2.1"}, d)
+	})
+	add("egress-ech", first+" with Encrypted Client Hello", expectRefused, func(d time.Duration) error {
+		list, err := echconfig.List(unlisted)
+		if err != nil {
+			return fmt.Errorf("not tried: %w", err)
+		}
+		return tryTunnel(proxy, first, &tls.Config{ServerName: host(first), EncryptedClientHelloConfigList: list}, d)
+	})
+	for _, hp := range e.Rebind {
+		add("egress-rebind", hp, expectRefused, func(d time.Duration) error { return tryConnect(proxy, hp, d) })
+	}
+	for _, hp := range e.Direct {
+		add("egress-ip-literal", hp, expectRefused, func(d time.Duration) error { return tryConnect(proxy, hp, d) })
+		add("egress-bypass-tcp", hp, expectRefused, func(d time.Duration) error { return checkTCP("tcp4", hp, d) })
+	}
+}
+
+// openTunnel sends CONNECT target to the proxy and returns the connection
+// once it answered 200.
+func openTunnel(proxy func() (string, error), target string, timeout time.Duration) (net.Conn, *bufio.Reader, error) {
+	addr, err := proxy()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, nil, fmt.Errorf("egress proxy %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("no answer to CONNECT: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		c.Close()
+		return nil, nil, fmt.Errorf("the proxy answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return c, br, nil
+}
+
+// tryConnect succeeds when the proxy accepts CONNECT target.
+func tryConnect(proxy func() (string, error), target string, timeout time.Duration) error {
+	c, _, err := openTunnel(proxy, target, timeout)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// tryTunnel opens a tunnel and starts a TLS handshake in it with cfg; it
+// succeeds when the server (anything past the proxy) answered at all. The
+// certificate is not checked: only reachability is.
+func tryTunnel(proxy func() (string, error), target string, cfg *tls.Config, timeout time.Duration) error {
+	c, br, err := openTunnel(proxy, target, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rc := &countingConn{Conn: c, r: br}
+	cfg = cfg.Clone()
+	cfg.InsecureSkipVerify = true
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	herr := tls.Client(rc, cfg).HandshakeContext(ctx)
+	if rc.n == 0 {
+		if herr == nil {
+			herr = errors.New("no answer")
+		}
+		return fmt.Errorf("the tunnel was closed before the server answered: %w", herr)
+	}
+	return nil
+}
+
+// tryPlain sends an absolute-form GET through the proxy; it fails when the
+// proxy refused it.
+func tryPlain(proxy func() (string, error), target string, timeout time.Duration) error {
+	addr, err := proxy()
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return fmt.Errorf("egress proxy %s: %w", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, u.Host); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodGet})
+	if err != nil {
+		return fmt.Errorf("no answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	// A 502 is a refusal too late: the proxy tried to reach the target.
+	if resp.StatusCode == http.StatusForbidden && strings.HasPrefix(string(body), "sforge egress proxy:") {
+		return fmt.Errorf("the proxy answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// countingConn counts the bytes read from the far side of a tunnel.
+type countingConn struct {
+	net.Conn
+	r *bufio.Reader
+	n int
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
