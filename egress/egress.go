@@ -67,6 +67,11 @@ type Config struct {
 	RefuseNets []netip.Prefix
 	// AllowFrom are the clients that may connect; nil: nobody.
 	AllowFrom []netip.Prefix
+	// AwaitClients narrows AllowFrom to the addresses Admit names (the
+	// workload's own, known once it started): until then a connection
+	// from AllowFrom waits, and afterwards one from any other address is
+	// refused.
+	AwaitClients bool
 	// Proxy is the upstream forward proxy for a request (default
 	// http.ProxyFromEnvironment: HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
 	Proxy func(*http.Request) (*url.URL, error)
@@ -96,6 +101,10 @@ type Proxy struct {
 	mu      sync.Mutex
 	denials map[[2]string]int
 	allowed int
+	clients []netip.Addr
+
+	admitted  chan struct{}
+	admitOnce sync.Once
 }
 
 // New checks c and builds a Proxy.
@@ -121,7 +130,7 @@ func New(c Config) (*Proxy, error) {
 	if c.MaxDuration <= 0 {
 		c.MaxDuration = DefaultMaxDuration
 	}
-	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}}
+	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}, admitted: make(chan struct{})}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -226,12 +235,30 @@ func (p *Proxy) noteAllowed() {
 	p.mu.Unlock()
 }
 
+// Admit names the only clients, with AwaitClients: the workload's
+// addresses. Only the first call counts.
+func (p *Proxy) Admit(addrs ...netip.Addr) {
+	p.admitOnce.Do(func() {
+		p.mu.Lock()
+		for _, a := range addrs {
+			p.clients = append(p.clients, a.Unmap().WithZone(""))
+		}
+		p.mu.Unlock()
+		close(p.admitted)
+	})
+}
+
+// admitTimeout bounds how long a connection waits for Admit.
+const admitTimeout = 30 * time.Second
+
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if reason := p.clientRefused(r.Context(), r.RemoteAddr); reason != "" {
+		p.log.Warn("refused", "client", r.RemoteAddr, "method", r.Method, "host", r.Host, "reason", reason)
+		http.Error(w, "sforge egress proxy: this client may not use the proxy: "+reason, http.StatusForbidden)
+		return
+	}
 	switch {
-	case !p.clientAllowed(r.RemoteAddr):
-		p.log.Warn("refused", "client", r.RemoteAddr, "method", r.Method, "host", r.Host, "reason", "client not allowed")
-		http.Error(w, "sforge egress proxy: this client may not use the proxy", http.StatusForbidden)
 	case r.Method == http.MethodConnect:
 		p.connect(w, r)
 	case r.URL.IsAbs() && r.URL.Scheme == "http":
@@ -243,18 +270,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *Proxy) clientAllowed(remote string) bool {
+// clientRefused says why a client may not use the proxy ("": it may).
+func (p *Proxy) clientRefused(ctx context.Context, remote string) string {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
-		return false
+		return "not an IP client"
 	}
 	a := ap.Addr().Unmap().WithZone("")
-	for _, n := range p.c.AllowFrom {
-		if n.Contains(a) {
-			return true
-		}
+	if !slices.ContainsFunc(p.c.AllowFrom, func(n netip.Prefix) bool { return n.Contains(a) }) {
+		return "not on the workload's network"
 	}
-	return false
+	if !p.c.AwaitClients {
+		return ""
+	}
+	t := time.NewTimer(admitTimeout)
+	defer t.Stop()
+	select {
+	case <-p.admitted:
+	case <-ctx.Done():
+		return "gone before the workload's address was known"
+	case <-t.C:
+		return "the workload's address is not known"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.clients, a) {
+		return "not the workload's address"
+	}
+	return ""
 }
 
 // deny answers 403 with the reason, logs it and counts it.

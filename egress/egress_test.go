@@ -405,6 +405,57 @@ func TestClientNotAllowed(t *testing.T) {
 	}
 }
 
+// TestAwaitClients: with AwaitClients a client of the allowed network
+// waits until Admit names the workload's addresses, and is then served if
+// it is one of them and refused if not.
+func TestAwaitClients(t *testing.T) {
+	up := newUpstream(t, "allowed")
+	cfg := func() Config {
+		return Config{
+			Allow:        patterns(t, "allowed.test"),
+			AllowAddrs:   []policy.Endpoint{endpoint(t, "127.0.0.1", up.plainPort)},
+			Resolve:      map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.1")}},
+			AwaitClients: true,
+		}
+	}
+	target := fmt.Sprintf("http://allowed.test:%d/y", up.plainPort)
+	for _, tc := range []struct {
+		name  string
+		admit netip.Addr
+		want  int
+	}{
+		{"the workload", netip.MustParseAddr("127.0.0.1"), http.StatusOK},
+		{"another client of its network", netip.MustParseAddr("127.0.0.2"), http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := start(t, cfg())
+			type result struct {
+				code int
+				body string
+				err  error
+			}
+			res := make(chan result, 1)
+			go func() {
+				code, body, err := get(t, r.client(), target)
+				res <- result{code, body, err}
+			}()
+			select {
+			case got := <-res:
+				t.Fatalf("served before the workload's address was known: %+v", got)
+			case <-time.After(300 * time.Millisecond):
+			}
+			r.p.Admit(tc.admit)
+			got := <-res
+			if got.err != nil || got.code != tc.want {
+				t.Fatalf("%d %q %v, want %d", got.code, got.body, got.err, tc.want)
+			}
+			if tc.want == http.StatusForbidden && !strings.Contains(got.body, "not the workload's address") {
+				t.Errorf("refusal %q", got.body)
+			}
+		})
+	}
+}
+
 func TestNewRefusesNothingAllowed(t *testing.T) {
 	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "--allow-domain") {
 		t.Fatalf("got %v", err)

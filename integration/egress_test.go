@@ -102,6 +102,33 @@ func startInternetHost(t *testing.T, e *launcherEnv) {
 	t.Cleanup(func() { plain.Close() })
 }
 
+// tryProxyFromNeighbour asks the run's egress proxy (its address from the
+// run's log) for a listed name from another container on the workload's
+// Docker network, with plain runc, and returns curl's output.
+func tryProxyFromNeighbour(t *testing.T, e *launcherEnv, image, runLog string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(runLog, "sforge: egress proxy on ")
+	addr, _, _ := strings.Cut(rest, " ")
+	if !ok || addr == "" {
+		t.Fatalf("no egress proxy address in the run's log:\n%s", runLog)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, _ := e.d.Docker(ctx, "run", "--rm", "--runtime", "runc", image, "/usr/bin/curl", "-sS", "-k", "--max-time", "8",
+		"--proxy", "http://"+addr, "https://allowed.test/n")
+	return out
+}
+
+// runningContainer is the one container running on the test's dockerd.
+func (e *launcherEnv) runningContainer(t *testing.T) string {
+	t.Helper()
+	ids := strings.Fields(e.d.MustDocker(t, "ps", "-q"))
+	if len(ids) != 1 {
+		t.Fatalf("want one running container, got %v", ids)
+	}
+	return ids[0]
+}
+
 func prefixIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
@@ -136,6 +163,8 @@ echo "F: $(c https://meta.test/f)"
 echo "G: $(c --noproxy '*' --resolve allowed.test:443:` + internetHostAddr.String() + ` https://allowed.test/g)"
 echo "J: $(c "$SFORGE_JUDGE_URL/")"
 echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
+echo HOLD
+i=0; while [ ! -e /tmp/release ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done
 `
 	dir := t.TempDir()
 	task := fmt.Sprintf(`{"name":"egress","image":%q,"agent_query":"q","internet":false,"timeout":"2m","allow_domains":["*.wild.test"]}`, image)
@@ -150,6 +179,9 @@ echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
 	}
 	args = append(args, "--resolve", "loop.test=127.0.0.1", "--resolve", "meta.test=169.254.169.254", "--", "/bin/sh", "-c", script)
 	r := e.startSforgeInNetNS(t, nil, args...)
+	r.waitLine(t, "HOLD", 2*time.Minute)
+	neighbour := tryProxyFromNeighbour(t, e, image, r.stderr.String())
+	e.d.MustDocker(t, "exec", e.runningContainer(t), "/bin/sh", "-c", ": > /tmp/release")
 	code := r.wait(t, 3*time.Minute)
 	out, errOut := r.stdout.String(), r.stderr.String()
 	if code != 0 {
@@ -184,6 +216,10 @@ echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
 	}
 	if !strings.Contains(lines["ENV"], "HTTPS_PROXY=http://host.docker.internal:") || !strings.Contains(lines["ENV"], "NO_PROXY="+judgeAddr.String()) {
 		t.Errorf("the proxy variables: %q", lines["ENV"])
+	}
+	// A neighbour on the same Docker network is not the workload.
+	if !strings.Contains(neighbour, "403") || !strings.Contains(errOut, `reason="not the workload's address"`) {
+		t.Errorf("the egress proxy served a neighbour of the workload: %q\nstderr:\n%s", neighbour, errOut)
 	}
 	if !strings.Contains(errOut, "sforge: the egress proxy let 3 connections through and refused 4 to 4 destinations") {
 		t.Errorf("no summary line of the egress proxy:\n%s", errOut)

@@ -57,6 +57,14 @@ type Auditor interface {
 	Refused(ctx context.Context) (audit.Record, error)
 }
 
+// Addresser is a Backend that knows its running workload's addresses, so
+// that a proxy sforge started for the run admits that workload only, not
+// its neighbours on the same network.
+type Addresser interface {
+	// WorkloadAddrs are the addresses of the workload started by Start.
+	WorkloadAddrs(ctx context.Context) ([]netip.Addr, error)
+}
+
 // HostInfo is what Preflight learnt about how the workload sees this host.
 type HostInfo struct {
 	// Aliases are names the workload resolves to an address of this host

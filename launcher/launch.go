@@ -216,7 +216,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 	if egressLn != nil {
 		// The proxy starts once the allowlist is known: the Judge and the
 		// API are reached through it too, by clients that ignore NO_PROXY.
-		egressProxy, stopEgress, err = serveEgress(ctx, p, host, egressLn, o)
+		egressProxy, stopEgress, err = serveEgress(ctx, b, p, host, egressLn, o)
 		if err != nil {
 			egressLn.Close()
 			return rep, err
@@ -271,6 +271,11 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 			return rep, &TimeoutError{Timeout: p.Timeout, Source: p.TimeoutSource}
 		}
 		return rep, err
+	}
+	if egressProxy != nil {
+		if err := admitWorkload(runCtx, b, egressProxy); err != nil {
+			return rep, err
+		}
 	}
 
 	phase = "run"
@@ -376,9 +381,10 @@ func listenEgress(p *Plan, host HostInfo) (net.Listener, error) {
 }
 
 // serveEgress serves the domain allowlist on ln, accepting only the
-// workload's network. Besides the listed names it reaches the allowlist's
-// own destinations (not itself), at their pinned addresses.
-func serveEgress(ctx context.Context, p *Plan, host HostInfo, ln net.Listener, o Options) (*egress.Proxy, func(), error) {
+// workload's network, and only the workload once it is known (a backend
+// that is an Addresser). Besides the listed names it reaches the
+// allowlist's own destinations (not itself), at their pinned addresses.
+func serveEgress(ctx context.Context, b Backend, p *Plan, host HostInfo, ln net.Listener, o Options) (*egress.Proxy, func(), error) {
 	refuse, err := egress.HostNetworks()
 	if err != nil {
 		return nil, nil, err
@@ -398,12 +404,35 @@ func serveEgress(ctx context.Context, p *Plan, host HostInfo, ln net.Listener, o
 		RefuseNets: refuse,
 		AllowFrom:  host.ProxyClients,
 		Logger:     slog.New(slog.NewTextHandler(o.Log, nil)).With("component", "egress-proxy"),
+		// Connections wait for the workload's address, which Docker gives
+		// only once the container started.
+		AwaitClients: isAddresser(b),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create the egress proxy: %w", err)
 	}
 	fmt.Fprintf(o.Log, "sforge: egress proxy on %s allows %d names\n", ln.Addr(), len(p.AllowDomains))
 	return prox, serveInBackground(ctx, o, "egress proxy", prox.Serve, ln), nil
+}
+
+func isAddresser(b Backend) bool { _, ok := b.(Addresser); return ok }
+
+// admitWorkload narrows the egress proxy's clients to the started
+// workload. Failing that, the run fails: the proxy would otherwise serve
+// the workload's neighbours, or nobody.
+func admitWorkload(ctx context.Context, b Backend, prox *egress.Proxy) error {
+	a, ok := b.(Addresser)
+	if !ok {
+		return nil
+	}
+	// No address and no error: the workload already ended.
+	addrs, err := a.WorkloadAddrs(ctx)
+	if err != nil {
+		prox.Admit()
+		return fmt.Errorf("the egress proxy admits only the workload, and its address is not known: %w; the agent was stopped", err)
+	}
+	prox.Admit(addrs...)
+	return nil
 }
 
 // egressSummary is the run's line on what the egress proxy decided.

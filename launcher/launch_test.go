@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -286,4 +288,80 @@ func TestLaunchAPIProxyUnavailable(t *testing.T) {
 	if b.calls[len(b.calls)-1] != "cleanup" {
 		t.Fatalf("calls %v", b.calls)
 	}
+}
+
+// addressedBackend is a fakeBackend that knows its workload's addresses;
+// its Wait asks the egress proxy for a name not on the list.
+type addressedBackend struct {
+	*fakeBackend
+	addrs   []netip.Addr
+	addrErr error
+	plan    *Plan
+	answer  string
+}
+
+func (b *addressedBackend) Start(ctx context.Context, p *Plan, stdout, stderr io.Writer) error {
+	b.plan = p
+	return b.fakeBackend.Start(ctx, p, stdout, stderr)
+}
+
+func (b *addressedBackend) WorkloadAddrs(context.Context) ([]netip.Addr, error) {
+	return b.addrs, b.addrErr
+}
+
+func (b *addressedBackend) Wait(ctx context.Context) (int, error) {
+	proxyURL, err := url.Parse(strings.Replace(b.plan.EgressProxyURL, "host.docker.internal", "127.0.0.1", 1))
+	if err != nil {
+		return 0, err
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	resp, err := c.Get("http://unlisted.test/")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	b.answer = string(body)
+	return 0, nil
+}
+
+// TestLaunchEgressAdmitsTheWorkload: the egress proxy serves the started
+// workload's address only, and a run whose workload address is not known
+// fails, its workload removed.
+func TestLaunchEgressAdmitsTheWorkload(t *testing.T) {
+	newRun := func(t *testing.T, addrs []netip.Addr, addrErr error) (*addressedBackend, error) {
+		p, err := NewPlan(Request{TaskPath: writeTask(t, taskIsolated), Agent: "codex", JudgeURL: "http://198.51.100.10:8080",
+			AllowDomains: []string{"docs.test"}, LookupEnv: env(t, EnvAPIBaseURL, "http://203.0.113.5:443")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo := netip.MustParseAddr("127.0.0.1")
+		b := &addressedBackend{fakeBackend: &fakeBackend{host: HostInfo{
+			Aliases:     map[string]netip.Addr{"host.docker.internal": lo},
+			ProxyListen: lo, ProxyHost: "host.docker.internal", ProxyClients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		}}, addrs: addrs, addrErr: addrErr}
+		_, err = Launch(context.Background(), b, p, Options{})
+		return b, err
+	}
+	t.Run("the workload", func(t *testing.T) {
+		b, err := newRun(t, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil)
+		if err != nil || !strings.Contains(b.answer, "unlisted.test is not on the domain allowlist") {
+			t.Fatalf("err %v, answer %q", err, b.answer)
+		}
+	})
+	t.Run("a neighbour", func(t *testing.T) {
+		b, err := newRun(t, []netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil)
+		if err != nil || !strings.Contains(b.answer, "not the workload's address") {
+			t.Fatalf("err %v, answer %q", err, b.answer)
+		}
+	})
+	t.Run("address not known", func(t *testing.T) {
+		b, err := newRun(t, nil, errors.New("inspect failed"))
+		if err == nil || !strings.Contains(err.Error(), "the egress proxy admits only the workload, and its address is not known: inspect failed") {
+			t.Fatalf("err %v", err)
+		}
+		if b.calls[len(b.calls)-1] != "cleanup" || slices.Contains(b.calls, "wait") {
+			t.Fatalf("calls %v", b.calls)
+		}
+	})
 }

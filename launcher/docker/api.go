@@ -28,6 +28,7 @@ type API interface {
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
 	ContainerAttach(ctx context.Context, id string, options container.AttachOptions) (types.HijackedResponse, error)
 	ContainerStart(ctx context.Context, id string, options container.StartOptions) error
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 	ContainerWait(ctx context.Context, id string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
 	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
 	CopyToContainer(ctx context.Context, id, dstPath string, content io.Reader, options container.CopyToContainerOptions) error

@@ -333,6 +333,38 @@ func (b *Backend) Exec(ctx context.Context, argv []string, stdout, stderr io.Wri
 	return st.ExitCode, nil
 }
 
+// WorkloadAddrs are the running container's addresses on its networks;
+// none, without an error, once it has exited.
+func (b *Backend) WorkloadAddrs(ctx context.Context) ([]netip.Addr, error) {
+	b.mu.Lock()
+	id := b.id
+	b.mu.Unlock()
+	if id == "" {
+		return nil, errors.New("internal error: WorkloadAddrs before Start")
+	}
+	info, err := b.api.ContainerInspect(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("failed to inspect container %s: %w", b.name, err)
+	}
+	var out []netip.Addr
+	if ns := info.NetworkSettings; ns != nil {
+		for _, ep := range ns.Networks {
+			if ep == nil {
+				continue
+			}
+			for _, s := range []string{ep.IPAddress, ep.GlobalIPv6Address} {
+				if a, err := netip.ParseAddr(s); err == nil {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	if len(out) == 0 && info.State != nil && info.State.Running {
+		return nil, fmt.Errorf("container %s runs without an address", b.name)
+	}
+	return out, nil
+}
+
 // Cleanup removes the container (killing it if it still runs). It is
 // idempotent; a container that is already gone is fine.
 func (b *Backend) Cleanup(ctx context.Context) error {

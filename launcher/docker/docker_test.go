@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/sforge-dev/netiso/launcher"
@@ -487,5 +489,30 @@ func TestExecAfterStart(t *testing.T) {
 	i := slices.Index(calls, want[0])
 	if i < 0 || len(calls) < i+len(want) || !slices.Equal(calls[i:i+len(want)], want) {
 		t.Fatalf("calls %q, want %q in order", calls, want)
+	}
+}
+
+// TestWorkloadAddrs: the running container's addresses; none once it
+// exited; an error for a running container without one.
+func TestWorkloadAddrs(t *testing.T) {
+	f := newFake("1.41")
+	b := New(f)
+	if _, err := b.WorkloadAddrs(context.Background()); err == nil {
+		t.Fatal("addresses before Start")
+	}
+	b.id, b.name = "c0ffee", "demo"
+	got, err := b.WorkloadAddrs(context.Background())
+	if err != nil || fmt.Sprint(got) != "[172.17.0.2]" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, tc := range []struct {
+		running bool
+		want    string
+	}{{false, ""}, {true, "container demo runs without an address"}} {
+		f.inspect = &container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{State: &container.State{Running: tc.running}}, NetworkSettings: &container.NetworkSettings{}}
+		got, err := b.WorkloadAddrs(context.Background())
+		if len(got) != 0 || (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("running=%v: %v %v, want %q", tc.running, got, err, tc.want)
+		}
 	}
 }

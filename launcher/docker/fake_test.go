@@ -56,6 +56,10 @@ type fakeAPI struct {
 	// them); stats are not recorded as calls.
 	files   map[string]bool
 	statErr error
+	// inspect is what ContainerInspect answers (nil: a running container
+	// at 172.17.0.2).
+	inspect    *container.InspectResponse
+	inspectErr error
 }
 
 func newFake(version string) *fakeAPI {
@@ -217,6 +221,20 @@ func (f *fakeAPI) ContainerStart(_ context.Context, id string, _ container.Start
 	}
 	close(f.started())
 	return nil
+}
+
+func (f *fakeAPI) ContainerInspect(_ context.Context, id string) (container.InspectResponse, error) {
+	f.record("ContainerInspect " + id)
+	if f.inspectErr != nil {
+		return container.InspectResponse{}, f.inspectErr
+	}
+	if f.inspect != nil {
+		return *f.inspect, nil
+	}
+	return container.InspectResponse{
+		ContainerJSONBase: &container.ContainerJSONBase{State: &container.State{Running: true}},
+		NetworkSettings:   &container.NetworkSettings{Networks: map[string]*network.EndpointSettings{"bridge": {IPAddress: "172.17.0.2"}}},
+	}, nil
 }
 
 func (f *fakeAPI) ContainerRemove(_ context.Context, id string, o container.RemoveOptions) error {
