@@ -28,12 +28,16 @@ import (
 // proxy refuses). Link addresses are from the benchmarking range.
 var (
 	internetHostAddr = netip.MustParseAddr("192.0.2.80")
-	internetLinkNear = netip.MustParsePrefix("198.18.7.1/30")
-	internetLinkFar  = netip.MustParsePrefix("198.18.7.2/30")
+	// internetHostAddr2 is the host's second address, where a name
+	// rotates to.
+	internetHostAddr2 = netip.MustParseAddr("192.0.2.81")
+	internetLinkNear  = netip.MustParsePrefix("198.18.7.1/30")
+	internetLinkFar   = netip.MustParsePrefix("198.18.7.2/30")
 )
 
 // startInternetHost creates the host and serves HTTPS on 443 and HTTP on
-// 80 there, each answer naming the method, path and Host it got.
+// 80 at both its addresses, each answer naming the method, path and Host
+// it got and the address that answered.
 func startInternetHost(t *testing.T, e *launcherEnv) {
 	t.Helper()
 	far := testenv.NewNetNS(t)
@@ -53,12 +57,17 @@ func startInternetHost(t *testing.T, e *launcherEnv) {
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: netlinkIPNet(internetHostAddr), Gw: internetLinkFar.Addr().AsSlice()})
+		for _, a := range []netip.Addr{internetHostAddr, internetHostAddr2} {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: netlinkIPNet(a), Gw: internetLinkFar.Addr().AsSlice()}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("failed to link the internet host: %v", err)
 	}
-	var tlsLn, plainLn net.Listener
+	var tlsLns, plainLns []net.Listener
 	err = far.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName(farName)
 		if err != nil {
@@ -77,29 +86,40 @@ func startInternetHost(t *testing.T, e *launcherEnv) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlinkIPNet(internetHostAddr), Flags: unix.IFA_F_NODAD}); err != nil {
-			return err
+		for _, a := range []netip.Addr{internetHostAddr, internetHostAddr2} {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlinkIPNet(a), Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+			tl, err := net.Listen("tcp", net.JoinHostPort(a.String(), "443"))
+			if err != nil {
+				return err
+			}
+			pl, err := net.Listen("tcp", net.JoinHostPort(a.String(), "80"))
+			if err != nil {
+				tl.Close()
+				return err
+			}
+			tlsLns, plainLns = append(tlsLns, tl), append(plainLns, pl)
 		}
-		if tlsLn, err = net.Listen("tcp", net.JoinHostPort(internetHostAddr.String(), "443")); err != nil {
-			return err
-		}
-		plainLn, err = net.Listen("tcp", net.JoinHostPort(internetHostAddr.String(), "80"))
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("failed to set up the internet host: %v", err)
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "internet answered %s %s host=%s\n", r.Method, r.URL.Path, r.Host)
+		at, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		fmt.Fprintf(w, "internet answered %s %s host=%s at=%v\n", r.Method, r.URL.Path, r.Host, at)
 	})
-	tlsSrv := httptest.NewUnstartedServer(h)
-	tlsSrv.Listener.Close()
-	tlsSrv.Listener = tlsLn
-	tlsSrv.StartTLS()
-	t.Cleanup(tlsSrv.Close)
-	plain := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go plain.Serve(plainLn)
-	t.Cleanup(func() { plain.Close() })
+	for i := range tlsLns {
+		tlsSrv := httptest.NewUnstartedServer(h)
+		tlsSrv.Listener.Close()
+		tlsSrv.Listener = tlsLns[i]
+		tlsSrv.StartTLS()
+		t.Cleanup(tlsSrv.Close)
+		plain := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go plain.Serve(plainLns[i])
+		t.Cleanup(func() { plain.Close() })
+	}
 }
 
 // tryProxyFromNeighbour asks the run's egress proxy (its address from the
@@ -236,6 +256,68 @@ i=0; while [ ! -e /tmp/release ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); d
 	// The direct attempt (G) is the firewall's: counted by the rules.
 	if blocked := fmt.Sprint(rep["blocked"]); !strings.Contains(blocked, internetHostAddr.String()) {
 		t.Errorf("the direct connection to the listed name's address is not among the refused: %s", blocked)
+	}
+	e.requireNoContainers(t)
+}
+
+// TestEgressRotation: a listed name whose address changes during the run
+// keeps working. sforge runs with a hosts file of its own (bind-mounted
+// over /etc/hosts in a mount namespace of its own); the test rewrites it
+// between the container's two requests, and the second reaches the new
+// address, which the container's allowlist never held.
+func TestEgressRotation(t *testing.T) {
+	runtime := requireIsolationPieces(t)
+	curl, err := exec.LookPath("curl")
+	testenv.Require(t, err == nil, "curl is needed in the test image")
+	testenv.RequireBinary(t, "unshare")
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	startInternetHost(t, e)
+	rootfs := agentRootfs(t)
+	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
+	const image = "sforge-test/curl:1"
+	e.d.ImportImage(t, image, rootfs)
+
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	writeHosts := func(a netip.Addr) {
+		// In place: the bind mount holds the file, not its name.
+		if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"+a.String()+" rotate.test\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeHosts(internetHostAddr)
+	script := `c() { out=$(curl -sS -k --max-time 8 "$@" 2>&1); echo "$out rc=$?"; }
+echo "FIRST: $(c https://rotate.test/1)"
+i=0; while [ ! -e /tmp/rotated ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done
+echo "SECOND: $(c https://rotate.test/2)"
+echo "PLAIN: $(c http://rotate.test/3)"
+`
+	dir := t.TempDir()
+	task := fmt.Sprintf(`{"name":"rotate","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image)
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prefix := []string{"unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", `mount --bind "$0" /etc/hosts && exec "$@"`, hosts,
+		"nsenter", "--net=" + e.d.NetNS.Path(), "--"}
+	r := e.startSforgeCmd(t, prefix, nil, "--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL,
+		"--allow-domain", "rotate.test", "--", "/bin/sh", "-c", script)
+	r.waitLine(t, "FIRST: ", 2*time.Minute)
+	writeHosts(internetHostAddr2)
+	// Go rereads a changed hosts file once its copy is 5 s old.
+	time.Sleep(6 * time.Second)
+	e.d.MustDocker(t, "exec", e.runningContainer(t), "/bin/sh", "-c", ": > /tmp/rotated")
+	code := r.wait(t, 3*time.Minute)
+	out, errOut := r.stdout.String(), r.stderr.String()
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"FIRST: internet answered GET /1 host=rotate.test at=" + internetHostAddr.String() + ":443",
+		"SECOND: internet answered GET /2 host=rotate.test at=" + internetHostAddr2.String() + ":443",
+		"PLAIN: internet answered GET /3 host=rotate.test at=" + internetHostAddr2.String() + ":80",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s\nstderr:\n%s", want, out, errOut)
+		}
 	}
 	e.requireNoContainers(t)
 }
