@@ -306,6 +306,20 @@ func proxyBenchRun(b *testing.B, cmd *exec.Cmd, logFile string, sig syscall.Sign
 // proxyBenchStartSforge builds and starts `sforge proxy` as its own
 // process, like a user runs it, logging to a file.
 func proxyBenchStartSforge(b *testing.B, dir, ca string, up *proxytest.Upstream) string {
+	bin := proxyBenchBuildSforge(b, dir)
+	port := proxyBenchFreePort(b)
+	cmd := exec.Command(bin, "proxy", "--listen", "127.0.0.1", "--port", strconv.Itoa(port), "--target", up.LoopbackURL())
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=" + ca}
+	logFile := filepath.Join(dir, "sforge.log")
+	done := proxyBenchRun(b, cmd, logFile, syscall.SIGTERM)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	proxyBenchWaitPort(b, addr, done, logFile)
+	return "http://" + addr
+}
+
+// proxyBenchBuildSforge builds sforge from the tree into dir, as `make
+// build` does.
+func proxyBenchBuildSforge(b *testing.B, dir string) string {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -317,14 +331,7 @@ func proxyBenchStartSforge(b *testing.B, dir, ca string, up *proxytest.Upstream)
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("failed to build sforge: %v\n%s", err, out)
 	}
-	port := proxyBenchFreePort(b)
-	cmd := exec.Command(bin, "proxy", "--listen", "127.0.0.1", "--port", strconv.Itoa(port), "--target", up.LoopbackURL())
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=" + ca}
-	logFile := filepath.Join(dir, "sforge.log")
-	done := proxyBenchRun(b, cmd, logFile, syscall.SIGTERM)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	proxyBenchWaitPort(b, addr, done, logFile)
-	return "http://" + addr
+	return bin
 }
 
 // proxyBenchStartNginx starts Debian's nginx with its own prefix: a reverse

@@ -45,7 +45,7 @@ const AckTimeout = 10 * time.Second
 // Upstream is the test API server.
 type Upstream struct {
 	Server *httptest.Server
-	// Port is the loopback port the server listens on.
+	// Port is the port the server listens on.
 	Port int
 	// CAPEM is the PEM of the CA that signed the server's certificate.
 	CAPEM []byte
@@ -59,10 +59,13 @@ type Options struct {
 	// HTTP2 offers h2 in ALPN, as real APIs do. Upgrades still work over
 	// HTTP/1.1, which Go clients pick for websocket upgrades.
 	HTTP2 bool
+	// Listen is the address to listen on (default 127.0.0.1, a free
+	// port); the socket is made in the calling thread's network namespace.
+	Listen string
 }
 
-// NewUpstream starts an upstream on 127.0.0.1 and closes it when the test
-// ends.
+// NewUpstream starts an upstream (on 127.0.0.1 unless o.Listen says) and
+// closes it when the test ends.
 func NewUpstream(tb testing.TB, o Options) *Upstream {
 	tb.Helper()
 	caPEM, cert, err := newCertificates()
@@ -72,6 +75,14 @@ func NewUpstream(tb testing.TB, o Options) *Upstream {
 	u := &Upstream{CAPEM: caPEM, pool: x509.NewCertPool(), acks: make(chan struct{}, 1)}
 	u.pool.AppendCertsFromPEM(caPEM)
 	s := httptest.NewUnstartedServer(u.handler())
+	if o.Listen != "" {
+		ln, err := net.Listen("tcp", o.Listen)
+		if err != nil {
+			tb.Fatalf("failed to listen on %s: %v", o.Listen, err)
+		}
+		s.Listener.Close()
+		s.Listener = ln
+	}
 	s.EnableHTTP2 = o.HTTP2
 	s.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	s.StartTLS()
