@@ -408,9 +408,14 @@ func (p *Proxy) dialAny(ctx context.Context, addrs []netip.Addr, port uint16) (n
 	return nil, errors.Join(errs...)
 }
 
+// recordTypeHandshake starts every TLS ClientHello.
+const recordTypeHandshake = 0x16
+
 // connect serves CONNECT host:port: the name is checked, the client is
 // told the tunnel is up, its ClientHello is read and checked, and only
-// then is the upstream dialled and the hello replayed to it.
+// then is the upstream dialled and the hello replayed to it. A tunnel
+// that starts with anything but a TLS record carries plain HTTP
+// (plainTunnel).
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	host, port, err := SplitAuthority(r.Host, 0)
 	if err != nil {
@@ -437,8 +442,14 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	in := io.MultiReader(io.LimitReader(brw.Reader, int64(brw.Reader.Buffered())), client)
+	in := bufio.NewReader(io.MultiReader(io.LimitReader(brw.Reader, int64(brw.Reader.Buffered())), client))
 	_ = client.SetReadDeadline(time.Now().Add(helloTimeout))
+	first, err := in.Peek(1)
+	if err == nil && first[0] != recordTypeHandshake {
+		_ = client.SetReadDeadline(time.Time{})
+		p.plainTunnel(ctx, r, &bufferedConn{Conn: client, r: in}, host, port)
+		return
+	}
 	hctx, hcancel := context.WithTimeout(ctx, helloTimeout)
 	hello, replay, err := ReadHello(hctx, in)
 	hcancel()
@@ -446,7 +457,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	reason := ""
 	switch {
 	case err != nil:
-		reason = "the tunnel does not start with a TLS ClientHello (CONNECT is for TLS; send plain HTTP as absolute-form requests)"
+		reason = "the tunnel does not start with a TLS ClientHello"
 	case hello.ECH:
 		reason = "the ClientHello carries Encrypted Client Hello, whose outer name can front another site"
 	case hello.ServerName == "":
@@ -478,6 +489,76 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	up2c, c2up := p.tunnel(ctx, client, up, in)
 	p.log.Info("tunnel closed", "client", r.RemoteAddr, "host", host, "port", port, "bytes_up", c2up, "bytes_down", up2c, "duration", time.Since(start).Round(time.Millisecond))
 }
+
+// plainTunnel serves the plain HTTP requests a client sends inside a
+// CONNECT tunnel (Node's undici tunnels http:// URLs too). Each request's
+// Host must be the CONNECT authority; it then goes the way of an
+// absolute-form request, decided again. The tunnel ends when the client
+// closes it, it idles, or ctx ends.
+func (p *Proxy) plainTunnel(ctx context.Context, r *http.Request, conn net.Conn, host string, port uint16) {
+	authority := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	var handlers sync.WaitGroup
+	h := http.HandlerFunc(func(w http.ResponseWriter, in *http.Request) {
+		handlers.Add(1)
+		defer handlers.Done()
+		in.RemoteAddr = r.RemoteAddr
+		// The destination is the CONNECT authority whatever the request
+		// says; a request naming another host is refused, not redirected.
+		name, _, err := SplitAuthority(in.Host, port)
+		if err != nil || !strings.EqualFold(strings.TrimSuffix(name, "."), host) || in.URL.IsAbs() && !strings.EqualFold(in.URL.Host, in.Host) {
+			p.deny(w, in, host, fmt.Sprintf("a request in the tunnel to %s is for Host %q (domain fronting)", authority, in.Host))
+			return
+		}
+		in.URL.Scheme, in.URL.Host, in.Host = "http", authority, authority
+		p.plain(w, in)
+	})
+	ln := &oneConnListener{conn: conn, closed: make(chan struct{})}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       p.c.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed || s == http.StateHijacked {
+				ln.Close()
+			}
+		},
+	}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	_ = srv.Serve(ln)
+	// An upgraded connection (hijacked) lives in its handler.
+	handlers.Wait()
+}
+
+// oneConnListener hands out one connection, then blocks until closed.
+type oneConnListener struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 func (p *Proxy) literalListed(host string, port uint16) bool {
 	a, err := netip.ParseAddr(host)

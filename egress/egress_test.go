@@ -237,19 +237,42 @@ func TestAllowedAndRefused(t *testing.T) {
 			waitLog(t, r.logs, tc.reason)
 		})
 	}
-	t.Run("not TLS inside CONNECT", func(t *testing.T) {
+	// Plain HTTP inside a tunnel, as Node's undici sends http:// URLs
+	// through a proxy: each request's Host must be the CONNECT host.
+	tunnelPlain := func(t *testing.T, requests string) string {
+		t.Helper()
 		conn, err := net.Dial("tcp", r.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nGET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", authority, authority)
+		plainAuthority := fmt.Sprintf("allowed.test:%d", up.plainPort)
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n%s", plainAuthority, plainAuthority, requests)
 		rest, _ := io.ReadAll(conn)
-		if strings.Contains(string(rest), "allowed answered") {
-			t.Fatalf("plain HTTP went through the tunnel: %q", rest)
+		return string(rest)
+	}
+	t.Run("plain HTTP inside CONNECT", func(t *testing.T) {
+		host := fmt.Sprintf("allowed.test:%d", up.plainPort)
+		got := tunnelPlain(t, "GET /p1 HTTP/1.1\r\nHost: "+host+"\r\n\r\nGET /p2 HTTP/1.1\r\nHost: ALLOWED.test\r\nConnection: close\r\n\r\n")
+		for _, want := range []string{"allowed answered GET /p1 host=" + host, "allowed answered GET /p2 host=" + host} {
+			if !strings.Contains(got, want) {
+				t.Errorf("no %q in %q", want, got)
+			}
 		}
-		waitLog(t, r.logs, "does not start with a TLS ClientHello")
+	})
+	t.Run("plain HTTP inside CONNECT for another Host", func(t *testing.T) {
+		got := tunnelPlain(t, "GET /f HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n")
+		if strings.Contains(got, "answered") || !strings.Contains(got, "403 Forbidden") {
+			t.Fatalf("the fronted request: %q", got)
+		}
+		waitLog(t, r.logs, `is for Host \"evil.test\" (domain fronting)`)
+	})
+	t.Run("neither TLS nor HTTP inside CONNECT", func(t *testing.T) {
+		got := tunnelPlain(t, "\x00\x01 not a request\r\n\r\n")
+		if strings.Contains(got, "answered") || !strings.Contains(got, "400 Bad Request") {
+			t.Fatalf("garbage in the tunnel: %q", got)
+		}
 	})
 	t.Run("Host is not the request's host", func(t *testing.T) {
 		conn, err := net.Dial("tcp", r.addr)
