@@ -157,6 +157,10 @@ var agentCases = []agentCase{
 // proxy ways the real key is neither in the agent's environment nor in
 // `docker inspect` of the running container. With a domain allowlist, the
 // container's proxy variables keep the API direct.
+// viaProxyAPIHost names the stand-in API when it is reached through the
+// egress proxy, which allows names only.
+const viaProxyAPIHost = "api.sforge.test"
+
 func TestAgents(t *testing.T) {
 	runtime := requireIsolationPieces(t)
 	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
@@ -231,6 +235,10 @@ func TestAgents(t *testing.T) {
 				// The proxy variables of a domain allowlist: the agent
 				// still reaches its API directly (NO_PROXY).
 				{"--allow-domain", apiURL, []string{ac.keyEnv + "=" + key}, []string{"--allow-domain", "docs.example.test"}, key},
+				// The API by name through the egress proxy, off the
+				// container's allowlist: each CLI honours the variables.
+				{"--api-via-proxy", "http://" + net.JoinHostPort(viaProxyAPIHost, strconv.Itoa(apiPort)), []string{ac.keyEnv + "=" + key},
+					[]string{"--api-via-proxy", "--resolve", viaProxyAPIHost + "=" + judgeAddr.String()}, key},
 			} {
 				t.Run(mode.name, func(t *testing.T) {
 					before := len(conv.Requests())
@@ -294,10 +302,29 @@ func TestAgents(t *testing.T) {
 					blocked, _ := rep["blocked"].([]any)
 					key := "destination"
 					if ep, ok := rep["egress_proxy"].(map[string]any); ok {
+						viaProxy, methods := 0, map[string]int{}
 						for _, l := range strings.Split(errOut, "\n") {
-							// The CLI's API requests stay direct (NO_PROXY).
-							if strings.Contains(l, "component=egress-proxy") && strings.Contains(l, fmt.Sprintf("port=%d", apiPort)) {
+							if !strings.Contains(l, "component=egress-proxy") || !strings.Contains(l, fmt.Sprintf("port=%d", apiPort)) {
+								continue
+							}
+							// The CLI's API requests stay direct (NO_PROXY),
+							// unless they go by name through the proxy.
+							if mode.name != "--api-via-proxy" {
 								t.Errorf("the agent's API went through the egress proxy: %s", l)
+							} else if strings.Contains(l, "msg=allowed") && strings.Contains(l, "host="+viaProxyAPIHost) {
+								viaProxy++
+								_, m, _ := strings.Cut(l, "method=")
+								m, _, _ = strings.Cut(m, " ")
+								methods[m]++
+							}
+						}
+						if mode.name == "--api-via-proxy" {
+							t.Logf("%d API connections or requests through the egress proxy, by method: %v", viaProxy, methods)
+							if viaProxy == 0 {
+								t.Errorf("the agent's API did not go through the egress proxy:\n%s", errOut)
+							}
+							if al := fmt.Sprint(rep["allowlist"]); strings.Contains(al, fmt.Sprintf(":%d", apiPort)) {
+								t.Errorf("the API is on the container's allowlist: %s", al)
 							}
 						}
 						blocked, _ = ep["refused"].([]any)

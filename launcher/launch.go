@@ -390,7 +390,10 @@ func serveEgress(ctx context.Context, b Backend, p *Plan, host HostInfo, ln net.
 		return nil, nil, err
 	}
 	self := ln.Addr().(*net.TCPAddr).AddrPort()
-	var addrs []policy.Endpoint
+	addrs, err := p.APIEndpoints(ctx, o.Resolver, o.ResolveTimeout, host)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the API, which goes through the egress proxy: %w", err)
+	}
 	for _, e := range p.Allowlist.Endpoints {
 		if e.Proto == policy.TCP && (e.Port != self.Port() || !e.Prefix.Contains(host.ProxyListen)) {
 			addrs = append(addrs, e)

@@ -61,8 +61,12 @@ type Request struct {
 	// EgressResolve are --resolve NAME=ADDRESS: the egress proxy's answer
 	// for NAME instead of a lookup.
 	EgressResolve []string
-	Timeout       time.Duration // --timeout; zero: the task's
-	Env           []string      // --env KEY=VALUE or KEY (copied from the caller)
+	// APIViaProxy is --api-via-proxy: the agent's API is reached through
+	// the egress proxy, by name, instead of by address (with the task's
+	// api_via_proxy).
+	APIViaProxy bool
+	Timeout     time.Duration // --timeout; zero: the task's
+	Env         []string      // --env KEY=VALUE or KEY (copied from the caller)
 	// LookupEnv reads the caller's environment; nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 }
@@ -97,6 +101,10 @@ type Plan struct {
 	AllowDomains   []policy.DomainPattern
 	EgressResolve  map[string][]netip.Addr
 	EgressProxyURL string
+	// APIViaProxy, when isolated, puts the API's name on AllowDomains and
+	// its addresses off the workload's allowlist: the egress proxy
+	// reaches it, resolving it at each connection.
+	APIViaProxy bool
 	// Notices are said once before the run (settings that do not apply).
 	Notices []string
 
@@ -126,7 +134,9 @@ type Plan struct {
 	Image string
 
 	judge, api, egress *policy.Target
-	proxyKey           string
+	// apiVia is the API when it goes through the egress proxy.
+	apiVia   *policy.Target
+	proxyKey string
 	// argvTemplate is Argv before the query and base URL went in.
 	argvTemplate []string
 }
@@ -328,8 +338,22 @@ func (p *Plan) setDomains(req Request) error {
 	if err != nil {
 		return &UsageError{Msg: err.Error()}
 	}
+	via, viaSource := req.APIViaProxy, "--api-via-proxy"
+	if !via && p.Task.APIViaProxy != nil && *p.Task.APIViaProxy {
+		via, viaSource = true, fmt.Sprintf("%q in %s", "api_via_proxy", p.Task.Path)
+	}
+	if via {
+		if !p.Isolated {
+			p.Notices = append(p.Notices, fmt.Sprintf("the network is open (%s): %s does not apply", p.IsolationSource, viaSource))
+		} else if err := p.apiThroughEgress(viaSource); err != nil {
+			return err
+		}
+		if p.apiVia != nil {
+			all = policy.CompactDomains(append(all, policy.DomainPattern{Name: p.apiVia.Host}))
+		}
+	}
 	switch {
-	case len(all) == 0 && len(resolve) > 0:
+	case len(all) == 0 && !via && len(resolve) > 0:
 		return usagef("--resolve only applies with --allow-domain (or the task's allow_domains): it answers for the egress proxy")
 	case len(all) == 0:
 		return nil
@@ -339,6 +363,55 @@ func (p *Plan) setDomains(req Request) error {
 	}
 	p.AllowDomains, p.EgressResolve = all, resolve
 	return nil
+}
+
+// apiThroughEgress takes the API off the workload's allowlist: the egress
+// proxy reaches it by name.
+func (p *Plan) apiThroughEgress(source string) error {
+	switch {
+	case p.APIProxy:
+		return usagef("%s and --api-proxy exclude each other: with --api-proxy the container reaches only the in-process API proxy, never the API itself", source)
+	case p.api == nil:
+		return usagef("%s: agent %q has no API URL; set %s to the API's URL", source, p.Agent.Name, EnvAPIBaseURL)
+	}
+	if _, err := netip.ParseAddr(p.api.Host); err == nil {
+		return usagef("%s: the API URL %q names an IP address; the egress proxy allows names, and checks them against the TLS server name: use the API's name (with --resolve NAME=%s if it has none)", source, p.APIBaseURL, p.api.Host)
+	}
+	p.APIViaProxy, p.apiVia, p.api = true, p.api, nil
+	return nil
+}
+
+// APIEndpoints resolves the API that goes through the egress proxy, as the
+// proxy would (--resolve first), to the endpoints the proxy may reach even
+// in this host's networks: the API the user named is not a rebinding. The
+// proxy still resolves the name at each connection. None without
+// APIViaProxy.
+func (p *Plan) APIEndpoints(ctx context.Context, r policy.Resolver, timeout time.Duration, host HostInfo) ([]policy.Endpoint, error) {
+	if p.apiVia == nil {
+		return nil, nil
+	}
+	if len(host.Aliases) > 0 {
+		r = aliasResolver{aliases: host.Aliases, next: r}
+	}
+	r = fixedResolver{fixed: p.EgressResolve, next: r}
+	endpoints, _, err := policy.Resolve(ctx, r, timeout, *p.apiVia)
+	return endpoints, err
+}
+
+// fixedResolver answers from --resolve before asking next.
+type fixedResolver struct {
+	fixed map[string][]netip.Addr
+	next  policy.Resolver
+}
+
+func (r fixedResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := r.fixed[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return a, nil
+	}
+	if r.next == nil {
+		return nil, fmt.Errorf("no resolver for %s", host)
+	}
+	return r.next.LookupNetIP(ctx, network, host)
 }
 
 // UseEgressProxy points the agent at the in-process egress proxy: url is

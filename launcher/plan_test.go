@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sforge-dev/netiso/policy"
 )
@@ -390,5 +391,64 @@ func TestNewPlanDomains(t *testing.T) {
 	r.TaskPath, r.AllowDomains = writeTask(t, taskIsolated), nil
 	if _, err := NewPlan(r); err == nil || !strings.Contains(err.Error(), "--resolve only applies with --allow-domain") {
 		t.Errorf("--resolve without domains: %v", err)
+	}
+}
+
+// TestNewPlanAPIViaProxy: the API's name joins the domain allowlist, its
+// addresses leave the workload's allowlist and NO_PROXY, and the proxy's
+// endpoints for it come from --resolve first; the task's api_via_proxy
+// does the same, and the combinations that cannot work are refused.
+func TestNewPlanAPIViaProxy(t *testing.T) {
+	req := Request{TaskPath: writeTask(t, taskIsolated), Agent: "claude-code", JudgeURL: "http://10.0.0.12:8080", APIViaProxy: true,
+		EgressResolve: []string{"api.example.test=198.51.100.20"}, LookupEnv: env(t, EnvAPIBaseURL, "https://api.example.test:8443")}
+	p, err := NewPlan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.APIViaProxy || len(p.AllowDomains) != 1 || p.AllowDomains[0].String() != "api.example.test" {
+		t.Fatalf("via %v, domains %v", p.APIViaProxy, p.AllowDomains)
+	}
+	if err := p.UseEgressProxy("http://host.docker.internal:41000"); err != nil {
+		t.Fatal(err)
+	}
+	if p.Env["NO_PROXY"] != "10.0.0.12" || p.Env["ANTHROPIC_BASE_URL"] != "https://api.example.test:8443" {
+		t.Errorf("NO_PROXY=%q base URL %q", p.Env["NO_PROXY"], p.Env["ANTHROPIC_BASE_URL"])
+	}
+	for _, tg := range p.Targets() {
+		if tg.Host == "api.example.test" {
+			t.Errorf("the API is on the workload's allowlist: %v", p.Targets())
+		}
+	}
+	eps, err := p.APIEndpoints(context.Background(), nil, time.Second, HostInfo{})
+	if err != nil || len(eps) != 1 || eps[0].String() != "tcp:198.51.100.20:8443" {
+		t.Errorf("endpoints %v %v", eps, err)
+	}
+
+	task := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false,"api_via_proxy":true}`)
+	fromTask := req
+	fromTask.TaskPath, fromTask.APIViaProxy = task, false
+	if p, err := NewPlan(fromTask); err != nil || !p.APIViaProxy {
+		t.Errorf("the task's api_via_proxy: %v %v", p, err)
+	}
+	open := req
+	open.EnableInternet = true
+	if p, err := NewPlan(open); err != nil || p.APIViaProxy || len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "--api-via-proxy does not apply") {
+		t.Errorf("open network: %v", err)
+	}
+	for _, c := range []struct {
+		mod  func(*Request)
+		want string
+	}{
+		{func(r *Request) { r.APIProxy = true }, "--api-via-proxy and --api-proxy exclude each other"},
+		{func(r *Request) { r.LookupEnv = env(t, EnvAPIBaseURL, "https://203.0.113.9") }, `the API URL "https://203.0.113.9" names an IP address`},
+		{func(r *Request) { r.TaskPath = task; r.APIViaProxy = false; r.APIProxy = true }, `"api_via_proxy" in`},
+	} {
+		r := req
+		c.mod(&r)
+		_, err := NewPlan(r)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want a usage error with %q", err, c.want)
+		}
 	}
 }

@@ -63,6 +63,9 @@ type Task struct {
 	// egress proxy when the network is isolated, sorted, without
 	// duplicates.
 	AllowDomains []policy.DomainPattern
+	// APIViaProxy sends the agent's API through the egress proxy too, its
+	// name one more allowed domain (nil: unset).
+	APIViaProxy *bool
 	// Command is the argv of the generic `command` agent.
 	Command []string
 
@@ -202,8 +205,13 @@ func Parse(file, dir string, data []byte) (*Task, error) {
 			t.Command, err = p.strings(kv.key, kv.val, 1, 1024)
 		case "allow_domains":
 			t.AllowDomains, err = p.domains(kv.key, kv.val)
+		case "api_via_proxy":
+			var b bool
+			if b, err = p.boolean(kv.key, kv.val); err == nil {
+				t.APIViaProxy = &b
+			}
 		default:
-			err = p.fail(kv.key, "unknown field (allowed: name, image, build, setup_cmds, agent_query, internet, timeout, env, command, allow_domains)")
+			err = p.fail(kv.key, "unknown field (allowed: name, image, build, setup_cmds, agent_query, internet, timeout, env, command, allow_domains, api_via_proxy)")
 		}
 		if err != nil {
 			return nil, err
