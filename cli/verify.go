@@ -138,7 +138,7 @@ has it at /sforge-probe (required with --backend k8s).`,
 	f.StringVar(&o.req.Canary, "canary", "", "HOST:PORT the container must NOT reach (TCP, UDP, ICMP to its host), e.g. a server you run outside")
 	f.StringArrayVar(&o.req.Neighbours, "neighbour", nil, "address of another container or host that must be unreachable (repeatable)")
 	f.StringArrayVar(&o.req.Forbidden6, "ipv6-target", nil, "IPv6 address that must be unreachable (repeatable)")
-	f.StringArrayVar(&o.req.AllowDomains, "allow-domain", nil, "verify a domain allowlist: the probe reaches this name through the egress proxy, as an agent of `sforge run --allow-domain` would, and tries the ways around it (repeatable) (docker)")
+	f.StringArrayVar(&o.req.AllowDomains, "allow-domain", nil, "verify a domain allowlist: the probe reaches this name through the egress proxy, as an agent of sforge run --allow-domain would, and tries the ways around it (repeatable) (docker)")
 	f.StringArrayVar(&o.req.Resolve, "resolve", nil, "with --allow-domain: the egress proxy answers NAME with ADDRESS instead of looking it up (NAME=ADDRESS, repeatable)")
 	f.StringVar(&o.req.Image, "image", "", "run the probe from this image (it must hold /sforge-probe) instead of building one; required with --backend k8s")
 	o.k8s.addFlags(f)

@@ -322,6 +322,52 @@ echo "PLAIN: $(c http://rotate.test/3)"
 	e.requireNoContainers(t)
 }
 
+// TestEgressProxyExternal: `sforge run --egress-proxy` on a real dockerd
+// points the container at a running `sforge proxy --egress` (one a team
+// shares) and allows it: the proxy's own list decides, and sforge starts
+// no proxy of its own.
+func TestEgressProxyExternal(t *testing.T) {
+	runtime := requireIsolationPieces(t)
+	curl, err := exec.LookPath("curl")
+	testenv.Require(t, err == nil, "curl is needed in the test image")
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	startInternetHost(t, e)
+	rootfs := agentRootfs(t)
+	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
+	const image = "sforge-test/curl:1"
+	e.d.ImportImage(t, image, rootfs)
+	px := proxyStartAt(t, e.d.NetNS.Path(), judgeAddr.String(), 9190, sforgeBinary(t), nil, "--egress", "--allow-from", "172.16.0.0/12",
+		"--allow-domain", "allowed.test", "--resolve", "allowed.test="+internetHostAddr.String(), "--resolve", "other.test="+internetHostAddr.String())
+
+	script := `c() { out=$(curl -sS -k --max-time 8 "$@" 2>&1); echo "$out rc=$?"; }
+echo "A: $(c https://allowed.test/a)"
+echo "C: $(c https://other.test/c)"
+echo "ENV: HTTPS_PROXY=$HTTPS_PROXY"
+`
+	dir := t.TempDir()
+	task := fmt.Sprintf(`{"name":"egress-ext","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image)
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(t.TempDir(), "report.json")
+	code, out, errOut := e.run(t, nil, "--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL, "--report", report,
+		"--egress-proxy", px.url, "--", "/bin/sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "A: internet answered GET /a host=allowed.test") || strings.Contains(out, "C: internet") || !strings.Contains(out, "ENV: HTTPS_PROXY="+px.url) {
+		t.Errorf("stdout:\n%s\nproxy:\n%s", out, px.logs)
+	}
+	if strings.Contains(errOut, "sforge: egress proxy on") {
+		t.Errorf("sforge started an egress proxy of its own:\n%s", errOut)
+	}
+	validateReportFile(t, report)
+	if rep := readReport(t, report); rep["egress_proxy_url"] != px.url || rep["egress_proxy"] != nil {
+		t.Errorf("report egress_proxy_url %v, egress_proxy %v", rep["egress_proxy_url"], rep["egress_proxy"])
+	}
+	e.requireNoContainers(t)
+}
+
 // egressKinds are the domain allowlist's attempts of the probe.
 var egressKinds = []string{
 	"egress-allowed", "egress-unlisted", "egress-plain-unlisted", "egress-sni-mismatch", "egress-no-sni",

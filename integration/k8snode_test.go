@@ -46,6 +46,7 @@ func TestK8sNode(t *testing.T) {
 		t.Run("malformed annotation", func(t *testing.T) { testNodeMalformedAnnotation(t, c, ns) })
 		t.Run("networkpolicy gc", func(t *testing.T) { testNodeNetpolGC(t, c, ns) })
 		t.Run("sforge run", func(t *testing.T) { testNodeSforgeRun(t, c, ns) })
+		t.Run("sforge run --egress-proxy", func(t *testing.T) { testNodeEgressProxy(t, c, ns) })
 		t.Run("dns", func(t *testing.T) { testNodeDNS(t, c, ns) })
 		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
 		t.Run("sforge verify --exec", func(t *testing.T) { testNodeVerifyExec(t, c, ns) })

@@ -65,6 +65,10 @@ type Request struct {
 	// the egress proxy, by name, instead of by address (with the task's
 	// api_via_proxy).
 	APIViaProxy bool
+	// EgressProxy is --egress-proxy: a running egress proxy (`sforge
+	// proxy --egress`) the workload is pointed at and allowed to reach,
+	// instead of one sforge starts.
+	EgressProxy string
 	Timeout     time.Duration // --timeout; zero: the task's
 	Env         []string      // --env KEY=VALUE or KEY (copied from the caller)
 	// LookupEnv reads the caller's environment; nil means os.LookupEnv.
@@ -105,6 +109,9 @@ type Plan struct {
 	// its addresses off the workload's allowlist: the egress proxy
 	// reaches it, resolving it at each connection.
 	APIViaProxy bool
+	// ExternalEgress says EgressProxyURL is a proxy sforge did not start
+	// (--egress-proxy): what it allows is its own configuration.
+	ExternalEgress bool
 	// Notices are said once before the run (settings that do not apply).
 	Notices []string
 
@@ -319,6 +326,11 @@ func NewPlan(req Request) (*Plan, error) {
 	if err := p.buildEnv(req.Env, lookup); err != nil {
 		return nil, err
 	}
+	if req.EgressProxy != "" {
+		if err := p.useExternalEgress(req); err != nil {
+			return nil, err
+		}
+	}
 	if req.APIKeyEnv != "" {
 		p.withholdKey()
 	}
@@ -363,6 +375,40 @@ func (p *Plan) setDomains(req Request) error {
 	}
 	p.AllowDomains, p.EgressResolve = all, resolve
 	return nil
+}
+
+// useExternalEgress points the workload at a running egress proxy
+// (--egress-proxy), which decides what is reachable: the task's domains
+// and the API's name are for it to allow.
+func (p *Plan) useExternalEgress(req Request) error {
+	if !p.Isolated {
+		p.Notices = append(p.Notices, fmt.Sprintf("the network is open (%s): --egress-proxy does not apply", p.IsolationSource))
+		return nil
+	}
+	switch {
+	case len(req.AllowDomains) > 0:
+		return usagef("--allow-domain and --egress-proxy exclude each other: --allow-domain starts sforge's own egress proxy for the run; with --egress-proxy, give the names to that proxy (sforge proxy --egress --allow-domain NAME)")
+	case len(req.EgressResolve) > 0:
+		return usagef("--resolve is for the egress proxy sforge starts; with --egress-proxy, give it to that proxy (sforge proxy --egress --resolve NAME=ADDRESS)")
+	}
+	t, err := policy.ParseTarget("--egress-proxy", req.EgressProxy)
+	if err != nil {
+		return err
+	}
+	if t.Scheme != "http" {
+		return usagef("--egress-proxy %q: want the proxy's http:// URL, e.g. http://10.0.0.12:3128 (HTTPS goes through it with CONNECT)", req.EgressProxy)
+	}
+	if t.IsLoopback() {
+		return usagef("--egress-proxy %q: %s is this machine's loopback, which the workload cannot reach; use an address it can reach (a node's or a host's address)", req.EgressProxy, t.Host)
+	}
+	if n := len(p.Task.AllowDomains); n > 0 {
+		p.Notices = append(p.Notices, fmt.Sprintf("the task's allow_domains (%d names) are for the egress proxy at %s to allow: sforge does not start one", n, req.EgressProxy))
+	}
+	if p.apiVia != nil {
+		p.Notices = append(p.Notices, fmt.Sprintf("the API goes through the egress proxy at %s, which must allow %s", req.EgressProxy, p.apiVia.Host))
+	}
+	p.AllowDomains, p.ExternalEgress = nil, true
+	return p.UseEgressProxy(req.EgressProxy)
 }
 
 // apiThroughEgress takes the API off the workload's allowlist: the egress

@@ -452,3 +452,52 @@ func TestNewPlanAPIViaProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestNewPlanExternalEgress: --egress-proxy points the workload at a
+// running proxy and allows it, with the proxy variables; sforge starts
+// none, the task's domains are the proxy's to allow, and what cannot work
+// together is refused.
+func TestNewPlanExternalEgress(t *testing.T) {
+	task := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false,"allow_domains":["docs.example.com"]}`)
+	req := Request{TaskPath: task, Agent: "claude-code", JudgeURL: "http://10.0.0.12:8080", EgressProxy: "http://10.200.0.1:3128",
+		Backend: "k8s", LookupEnv: env(t, EnvAPIBaseURL, "https://api.example.test")}
+	p, err := NewPlan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.ExternalEgress || len(p.AllowDomains) != 0 || p.Env["HTTPS_PROXY"] != "http://10.200.0.1:3128" || p.Env["NO_PROXY"] != "10.0.0.12,api.example.test" {
+		t.Fatalf("external %v domains %v env %v", p.ExternalEgress, p.AllowDomains, p.Env)
+	}
+	if len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "the task's allow_domains (1 names) are for the egress proxy at http://10.200.0.1:3128") {
+		t.Errorf("notices %q", p.Notices)
+	}
+	var hosts []string
+	for _, tg := range p.Targets() {
+		hosts = append(hosts, tg.String())
+	}
+	if !slices.Contains(hosts, "10.200.0.1:3128") {
+		t.Errorf("targets %v lack the egress proxy", hosts)
+	}
+	via := req
+	via.APIViaProxy = true
+	if p, err := NewPlan(via); err != nil || p.Env["NO_PROXY"] != "10.0.0.12" || !strings.Contains(strings.Join(p.Notices, "\n"), "which must allow api.example.test") {
+		t.Errorf("--api-via-proxy: %v %v", p, err)
+	}
+	for _, c := range []struct {
+		mod  func(*Request)
+		want string
+	}{
+		{func(r *Request) { r.AllowDomains = []string{"x.example"} }, "--allow-domain and --egress-proxy exclude each other"},
+		{func(r *Request) { r.EgressResolve = []string{"docs.example.com=192.0.2.1"} }, "--resolve is for the egress proxy sforge starts"},
+		{func(r *Request) { r.EgressProxy = "https://10.200.0.1:3128" }, "want the proxy's http:// URL"},
+		{func(r *Request) { r.EgressProxy = "http://127.0.0.1:3128" }, "is this machine's loopback"},
+	} {
+		r := req
+		c.mod(&r)
+		_, err := NewPlan(r)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want a usage error with %q", err, c.want)
+		}
+	}
+}

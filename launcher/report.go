@@ -79,6 +79,9 @@ type Report struct {
 	APIProxy        *ProxyReport      `json:"api_proxy,omitempty"`
 	// EgressProxy is the domain allowlist's proxy and what it decided.
 	EgressProxy *EgressReport `json:"egress_proxy,omitempty"`
+	// EgressProxyURL is an egress proxy sforge did not start
+	// (--egress-proxy), which the workload was pointed at.
+	EgressProxyURL string `json:"egress_proxy_url,omitempty"`
 	// Allowlist is the effective allowlist (nil when the network is open).
 	Allowlist *AllowlistReport `json:"allowlist,omitempty"`
 	// PinnedHosts are the names written into the workload's /etc/hosts.
@@ -190,6 +193,9 @@ func newReport(p *Plan, backend string) *Report {
 		Isolated: p.Isolated, IsolationSource: p.IsolationSource,
 		JudgeURL: p.JudgeURL, APIBaseURL: p.APIBaseURL,
 		StartedAt: time.Now().UTC(),
+	}
+	if p.ExternalEgress {
+		r.EgressProxyURL = p.EgressProxyURL
 	}
 	if p.Timeout > 0 {
 		r.Timeout = p.Timeout.String()

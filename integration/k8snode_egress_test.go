@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testbin"
+	"github.com/sforge-dev/netiso/internal/testcluster"
+	"github.com/sforge-dev/netiso/internal/testk8s"
+)
+
+// egressProxyPort is where the node-local egress proxy listens, on the
+// node's address: as a hostNetwork DaemonSet would.
+const egressProxyPort = 3128
+
+// testNodeEgressProxy: a domain allowlist on Kubernetes. `sforge proxy
+// --egress` runs on the node's address (as a hostNetwork DaemonSet would)
+// with the list; `sforge run --backend k8s --egress-proxy` points the Work
+// Pod at it, and its NetworkPolicy and sforge-cni allowlist hold the Judge
+// and the proxy only. In the Pod the hostile probe reaches the listed name
+// through the proxy; an unlisted name, another SNI, no SNI, Encrypted
+// Client Hello, names rebinding to loopback, the metadata address and the
+// node, the name's address as an IP literal and directly, and the node's
+// other ports are all refused.
+func testNodeEgressProxy(t *testing.T, c *testcluster.Cluster, ns string) {
+	sforge := testbin.Build(t, "./cmd/sforge")
+	resolve := map[string]string{
+		"allowed.test": testcluster.InternetIP, "unlisted.test": testcluster.InternetIP,
+		"loop.test": "127.0.0.1", "meta.test": "169.254.169.254", "node.test": testcluster.NodeIP,
+	}
+	args := []string{"--egress", "--allow-from", testcluster.PodCIDR}
+	for _, n := range []string{"allowed.test", "loop.test", "meta.test", "node.test"} {
+		args = append(args, "--allow-domain", n)
+	}
+	for n, a := range resolve {
+		args = append(args, "--resolve", n+"="+a)
+	}
+	px := proxyStartAt(t, c.NetNS, testcluster.NodeIP, egressProxyPort, sforge, nil, args...)
+
+	port := fmt.Sprint(testcluster.JudgePort)
+	matrix := matrixJSON(t, map[string]any{
+		"allowed":         []string{judgeTarget},
+		"forbidden_port":  testcluster.OtherPort,
+		"forbidden":       []string{testcluster.InternetIP},
+		"canary":          internetTarget,
+		"neighbours":      []string{testcluster.NodeIP},
+		"neighbour_ports": []int{testcluster.KubeletPort, egressProxyPort + 1},
+		"dns_servers":     []string{testcluster.ClusterDNS},
+		"timeout":         "2s",
+		"egress": map[string]any{
+			"allowed":  []string{"allowed.test:" + port},
+			"unlisted": "unlisted.test:" + port,
+			"rebind":   []string{"loop.test:" + port, "meta.test:" + port, "node.test:" + port},
+			"direct":   []string{internetTarget},
+		},
+	})
+	task, err := json.Marshal(map[string]any{
+		"name": "node-egress", "image": testcluster.ProbeImage, "agent_query": "probe the domain allowlist",
+		"command": []string{testcluster.ProbePath, "matrix", "--config-json", matrix},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskFile := filepath.Join(t.TempDir(), "task.json")
+	if err := os.WriteFile(taskFile, task, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Judge.ResetCounters(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	report := filepath.Join(t.TempDir(), "report.json")
+	run := exec.CommandContext(ctx, sforge, "run", "--backend", "k8s",
+		"--kubeconfig", c.HostKubeconfig(t, testk8s.Admin), "--namespace", ns,
+		"--task", taskFile, "--agent", "command", "--disable-internet", "--report", report,
+		"--judge-url", fmt.Sprintf("http://%s", judgeTarget), "--egress-proxy", px.url, "--timeout", "3m")
+	var stdout, stderr bytes.Buffer
+	run.Stdout, run.Stderr = &stdout, &stderr
+	err = run.Run()
+	code := run.ProcessState.ExitCode()
+	t.Logf("sforge run exited %d (%v)\nstderr:\n%s\nproxy:\n%s", code, err, stderr.String(), px.logs)
+	if code != 0 {
+		t.Errorf("exit code %d, want 0: every verdict of the matrix passed\nstdout:\n%s", code, stdout.String())
+	}
+	requireMatrixPass(t, stdout.String(), slices.Concat(egressKinds, []string{"control-tcp", "neighbour-tcp", "metadata", "canary-tcp"})...)
+	requireNoForbiddenAtJudge(t, c, "the agent")
+
+	for _, want := range []string{
+		"msg=allowed", "host=allowed.test",
+		"unlisted.test is not on the domain allowlist",
+		"loop.test resolves only to addresses", "meta.test resolves only to addresses", "node.test resolves only to addresses",
+		testcluster.InternetIP + " is an IP address that is not on the allowlist",
+		"is not the CONNECT host", "has no server name (SNI)", "carries Encrypted Client Hello",
+	} {
+		if !strings.Contains(px.logs.String(), want) {
+			t.Errorf("the egress proxy's log lacks %q", want)
+		}
+	}
+	validateReportFile(t, report)
+	rep := readReport(t, report)
+	if rep["egress_proxy_url"] != px.url {
+		t.Errorf("report egress_proxy_url %v, want %s", rep["egress_proxy_url"], px.url)
+	}
+	al, _ := rep["allowlist"].(map[string]any)
+	if v, _ := al["value"].(string); !strings.Contains(v, fmt.Sprintf("tcp:%s:%d", testcluster.NodeIP, egressProxyPort)) || strings.Contains(v, testcluster.InternetIP) {
+		t.Errorf("allowlist %q: want the proxy, and not the listed name's address", v)
+	}
+}
