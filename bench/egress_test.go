@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -21,10 +20,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testnet"
+	"github.com/sforge-dev/netiso/internal/testsquid"
 	"github.com/sforge-dev/netiso/proxy/proxytest"
 )
 
@@ -49,7 +48,6 @@ const egressBenchConnRuns = 400 // new connections per path
 // bodies, and the delay to the first server-sent event. Both proxies log
 // each connection to a file.
 func BenchmarkEgress(b *testing.B) {
-	squid := testenv.RequireBinary(b, "squid")
 	nsenter := testenv.RequireBinary(b, "nsenter")
 	near, far := egressBenchWorld(b)
 	var up *proxytest.Upstream
@@ -75,7 +73,12 @@ func BenchmarkEgress(b *testing.B) {
 	}
 	bin := proxyBenchBuildSforge(b, dir)
 	sforgeAddr := egressBenchStartSforge(b, nsenter, bin, near, dir, dial)
-	squidAddr := egressBenchStartSquid(b, nsenter, squid, near, dial)
+	squidAddr := testsquid.Start(b, testsquid.Options{Domain: proxytest.Host, Port: 443, Addr: egressBenchAddr, NetNS: near.Path(),
+		Dial: func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return dial(ctx, network, addr)
+		}}).Addr
 
 	base := fmt.Sprintf("https://%s:%d", proxytest.Host, up.Port)
 	transport := func(proxy string, keepAlive bool) *http.Transport {
@@ -104,65 +107,16 @@ func BenchmarkEgress(b *testing.B) {
 	paths := []path{mk("direct", ""), mk("sforge --egress", sforgeAddr), mk("squid", squidAddr)}
 	body := bytes.Repeat([]byte("a"), proxyBenchBodySize)
 
-	lat, conn := map[string][]time.Duration{}, map[string][]time.Duration{}
-	for i := range proxyBenchWarmup + proxyBenchLatencyRuns {
-		for _, p := range paths {
-			d, err := proxyBenchRequest(p.kept, "/v1/messages", body)
-			if err != nil {
-				b.Fatalf("%s: %v", p.kept.name, err)
-			}
-			if i >= proxyBenchWarmup {
-				lat[p.kept.name] = append(lat[p.kept.name], d)
-			}
-		}
+	kept, fresh := make([]proxyBenchPath, len(paths)), make([]proxyBenchPath, len(paths))
+	for i, p := range paths {
+		kept[i], fresh[i] = p.kept, p.fresh
 	}
-	for range egressBenchConnRuns {
-		for _, p := range paths {
-			d, err := proxyBenchRequest(p.fresh, "/v1/messages", body)
-			if err != nil {
-				b.Fatalf("%s, new connection: %v", p.fresh.name, err)
-			}
-			conn[p.fresh.name] = append(conn[p.fresh.name], d)
-		}
-	}
-
-	smallN, smallT := map[string]int{}, map[string]time.Duration{}
-	bigBytes, bigT := map[string]int64{}, map[string]time.Duration{}
-	for r := range proxyBenchRounds {
-		for k := range paths {
-			p := paths[(r+k)%len(paths)].kept
-			d, _, err := proxyBenchBatch(p, proxyBenchSmallPerRun, proxyBenchSmallConc, func() (int64, error) {
-				_, err := proxyBenchRequest(p, "/v1/messages", body)
-				return 0, err
-			})
-			if err != nil {
-				b.Fatalf("%s small: %v", p.name, err)
-			}
-			smallN[p.name] += proxyBenchSmallPerRun
-			smallT[p.name] += d
-			d, n, err := proxyBenchBatch(p, proxyBenchBigPerRun, proxyBenchBigConc, func() (int64, error) {
-				return proxyBenchDownload(p, proxyBenchBigSize)
-			})
-			if err != nil {
-				b.Fatalf("%s big: %v", p.name, err)
-			}
-			bigBytes[p.name] += n
-			bigT[p.name] += d
-		}
-	}
-
-	first := map[string][]time.Duration{}
-	for range proxyBenchSSERuns {
-		for _, p := range paths {
-			d, err := proxyBenchFirstEvent(p.kept)
-			if err != nil {
-				b.Fatalf("%s sse: %v", p.kept.name, err)
-			}
-			first[p.kept.name] = append(first[p.kept.name], d)
-		}
-	}
-	for _, p := range paths {
-		p.kept.client.CloseIdleConnections()
+	lat := proxyBenchLatency(b, kept, proxyBenchWarmup, proxyBenchLatencyRuns, body)
+	conn := proxyBenchLatency(b, fresh, 0, egressBenchConnRuns, body)
+	tp := proxyBenchThroughput(b, kept, body)
+	first := proxyBenchFirstEvents(b, kept)
+	for _, p := range kept {
+		p.client.CloseIdleConnections()
 	}
 
 	var report strings.Builder
@@ -177,8 +131,7 @@ func BenchmarkEgress(b *testing.B) {
 		n := p.kept.name
 		p50, p99 := proxyBenchPct(lat[n], 50), proxyBenchPct(lat[n], 99)
 		n50, n99 := proxyBenchPct(conn[n], 50), proxyBenchPct(conn[n], 99)
-		rps := float64(smallN[n]) / smallT[n].Seconds()
-		mibps := float64(bigBytes[n]) / (1 << 20) / bigT[n].Seconds()
+		rps, mibps := tp.rates(n)
 		f50, f99 := proxyBenchPct(first[n], 50), proxyBenchPct(first[n], 99)
 		fmt.Fprintf(&report, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %s | %s |\n", n,
 			proxyBenchUS(p50), proxyBenchUS(p99), proxyBenchUS(p50-d50), proxyBenchUS(p99-d99),
@@ -191,57 +144,10 @@ func BenchmarkEgress(b *testing.B) {
 	b.Log(report.String())
 }
 
-// egressBenchWorld makes the two namespaces and the veth pair between them.
+// egressBenchWorld makes the near namespace and the far one behind it.
 func egressBenchWorld(b *testing.B) (near, far ns.NetNS) {
-	near, far = testenv.NewNetNS(b), testenv.NewNetNS(b)
-	ipnet := func(p netip.Prefix) *net.IPNet {
-		return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-	}
-	host := &net.IPNet{IP: egressBenchAddr.AsSlice(), Mask: net.CIDRMask(32, 32)}
-	err := near.Do(func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "egn"}, PeerName: "egf", PeerNamespace: netlink.NsFd(int(far.Fd()))}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		l, err := netlink.LinkByName("egn")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(egressBenchLinkNear)}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: host, Gw: egressBenchLinkFar.Addr().AsSlice()})
-	})
-	if err != nil {
-		b.Fatalf("failed to set up the near namespace: %v", err)
-	}
-	err = far.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("egf")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(egressBenchLinkFar)}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: egressBenchLinkNear.Addr().AsSlice()}); err != nil {
-			return err
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: host, Flags: unix.IFA_F_NODAD})
-	})
-	if err != nil {
-		b.Fatalf("failed to set up the far namespace: %v", err)
-	}
-	return near, far
+	near = testenv.NewNetNS(b)
+	return near, testnet.NewRemote(b, near, egressBenchLinkNear, egressBenchLinkFar, egressBenchAddr)
 }
 
 // egressBenchWait waits for addr to accept connections in the near
@@ -281,70 +187,5 @@ func egressBenchStartSforge(b *testing.B, nsenter, bin string, near ns.NetNS, di
 	logFile := filepath.Join(dir, "sforge-egress.log")
 	done := proxyBenchRun(b, cmd, logFile, syscall.SIGTERM)
 	egressBenchWait(b, dial, addr, done, logFile)
-	return addr
-}
-
-// egressBenchStartSquid starts Debian's squid in the near namespace as a
-// forward proxy that lets CONNECT through to the upstream's name only
-// (acl dstdomain), resolved from a hosts file, logging each request.
-func egressBenchStartSquid(b *testing.B, nsenter, squid string, near ns.NetNS, dial func(context.Context, string, string) (net.Conn, error)) string {
-	dir, err := os.MkdirTemp("", "sforge-squid-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	effectiveUser := ""
-	if os.Geteuid() == 0 {
-		// Started as root, squid drops to cache_effective_user, which
-		// must be able to write its logs here.
-		u, err := user.Lookup("proxy")
-		if err != nil {
-			b.Fatalf("squid runs as root only with an unprivileged user: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		effectiveUser = "cache_effective_user proxy\n"
-	}
-	port := proxyBenchFreePort(b)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	hosts := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(hosts, []byte(egressBenchAddr.String()+" "+proxytest.Host+"\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	conf := filepath.Join(dir, "squid.conf")
-	cfg := fmt.Sprintf(`http_port %[1]s
-pid_filename %[2]s/squid.pid
-cache_log %[2]s/cache.log
-access_log stdio:%[2]s/access.log
-coredump_dir %[2]s
-hosts_file %[3]s
-dns_nameservers 127.0.0.1
-visible_hostname sforge-bench
-pinger_enable off
-cache deny all
-cache_mem 8 MB
-shutdown_lifetime 0 seconds
-acl from_loopback src 127.0.0.0/8
-acl allowed dstdomain %[4]s
-acl SSL_ports port 443
-acl CONNECT method CONNECT
-http_access allow CONNECT from_loopback allowed SSL_ports
-http_access deny all
-%[5]s`, addr, dir, hosts, proxytest.Host, effectiveUser)
-	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	service := fmt.Sprintf("sfbx%d", time.Now().UnixNano()%1e9)
-	cmd := exec.Command(nsenter, "--net="+near.Path(), "--", squid, "-N", "-n", service, "-f", conf)
-	cmd.Dir = dir
-	logFile := filepath.Join(dir, "stderr.log")
-	done := proxyBenchRun(b, cmd, logFile, syscall.SIGTERM)
-	egressBenchWait(b, dial, addr, done, filepath.Join(dir, "cache.log"))
 	return addr
 }

@@ -78,58 +78,9 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	body := bytes.Repeat([]byte("a"), proxyBenchBodySize)
 
-	// Latency: one request at a time, the paths in turn.
-	lat := map[string][]time.Duration{}
-	for i := range proxyBenchWarmup + proxyBenchLatencyRuns {
-		for _, p := range paths {
-			d, err := proxyBenchRequest(p, "/v1/messages", body)
-			if err != nil {
-				b.Fatalf("%s: %v", p.name, err)
-			}
-			if i >= proxyBenchWarmup {
-				lat[p.name] = append(lat[p.name], d)
-			}
-		}
-	}
-
-	// Throughput: fixed batches, paths rotated each round.
-	smallN, smallT := map[string]int{}, map[string]time.Duration{}
-	bigBytes, bigT := map[string]int64{}, map[string]time.Duration{}
-	for r := range proxyBenchRounds {
-		for k := range paths {
-			p := paths[(r+k)%len(paths)]
-			d, _, err := proxyBenchBatch(p, proxyBenchSmallPerRun, proxyBenchSmallConc, func() (int64, error) {
-				_, err := proxyBenchRequest(p, "/v1/messages", body)
-				return 0, err
-			})
-			if err != nil {
-				b.Fatalf("%s small: %v", p.name, err)
-			}
-			smallN[p.name] += proxyBenchSmallPerRun
-			smallT[p.name] += d
-			d, n, err := proxyBenchBatch(p, proxyBenchBigPerRun, proxyBenchBigConc, func() (int64, error) {
-				return proxyBenchDownload(p, proxyBenchBigSize)
-			})
-			if err != nil {
-				b.Fatalf("%s big: %v", p.name, err)
-			}
-			bigBytes[p.name] += n
-			bigT[p.name] += d
-		}
-	}
-
-	// Streaming: request start to first event, the paths in turn.
-	first := map[string][]time.Duration{}
-	for range proxyBenchSSERuns {
-		for _, p := range paths {
-			d, err := proxyBenchFirstEvent(p)
-			if err != nil {
-				b.Fatalf("%s sse: %v", p.name, err)
-			}
-			first[p.name] = append(first[p.name], d)
-		}
-	}
-
+	lat := proxyBenchLatency(b, paths, proxyBenchWarmup, proxyBenchLatencyRuns, body)
+	tp := proxyBenchThroughput(b, paths, body)
+	first := proxyBenchFirstEvents(b, paths)
 	for _, p := range paths {
 		p.client.CloseIdleConnections()
 	}
@@ -143,8 +94,7 @@ func BenchmarkProxy(b *testing.B) {
 	d50, d99 := proxyBenchPct(lat["direct"], 50), proxyBenchPct(lat["direct"], 99)
 	for _, p := range paths {
 		p50, p99 := proxyBenchPct(lat[p.name], 50), proxyBenchPct(lat[p.name], 99)
-		rps := float64(smallN[p.name]) / smallT[p.name].Seconds()
-		mibps := float64(bigBytes[p.name]) / (1 << 20) / bigT[p.name].Seconds()
+		rps, mibps := tp.rates(p.name)
 		f50, f99 := proxyBenchPct(first[p.name], 50), proxyBenchPct(first[p.name], 99)
 		fmt.Fprintf(&report, "| %s | %s | %s | %s | %s | %.0f | %.0f | %s | %s |\n", p.name,
 			proxyBenchUS(p50), proxyBenchUS(p99), proxyBenchUS(p50-d50), proxyBenchUS(p99-d99), rps, mibps, proxyBenchUS(f50), proxyBenchUS(f99))
@@ -152,6 +102,82 @@ func BenchmarkProxy(b *testing.B) {
 		b.ReportMetric(rps, p.name+"-req/s")
 	}
 	b.Log(report.String())
+}
+
+// proxyBenchLatency times runs sequential POSTs of body per path, after
+// warmup, the paths in turn so that drift hits all alike.
+func proxyBenchLatency(b *testing.B, paths []proxyBenchPath, warmup, runs int, body []byte) map[string][]time.Duration {
+	lat := map[string][]time.Duration{}
+	for i := range warmup + runs {
+		for _, p := range paths {
+			d, err := proxyBenchRequest(p, "/v1/messages", body)
+			if err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+			if i >= warmup {
+				lat[p.name] = append(lat[p.name], d)
+			}
+		}
+	}
+	return lat
+}
+
+// proxyBenchRates are the throughput rounds' totals per path.
+type proxyBenchRates struct {
+	smallN   map[string]int
+	smallT   map[string]time.Duration
+	bigBytes map[string]int64
+	bigT     map[string]time.Duration
+}
+
+// rates are small requests per second and MiB per second of large bodies.
+func (r proxyBenchRates) rates(path string) (float64, float64) {
+	return float64(r.smallN[path]) / r.smallT[path].Seconds(), float64(r.bigBytes[path]) / (1 << 20) / r.bigT[path].Seconds()
+}
+
+// proxyBenchThroughput runs fixed batches of small POSTs and of large
+// downloads per path, the paths rotated each round.
+func proxyBenchThroughput(b *testing.B, paths []proxyBenchPath, body []byte) proxyBenchRates {
+	r := proxyBenchRates{map[string]int{}, map[string]time.Duration{}, map[string]int64{}, map[string]time.Duration{}}
+	for round := range proxyBenchRounds {
+		for k := range paths {
+			p := paths[(round+k)%len(paths)]
+			d, _, err := proxyBenchBatch(p, proxyBenchSmallPerRun, proxyBenchSmallConc, func() (int64, error) {
+				_, err := proxyBenchRequest(p, "/v1/messages", body)
+				return 0, err
+			})
+			if err != nil {
+				b.Fatalf("%s small: %v", p.name, err)
+			}
+			r.smallN[p.name] += proxyBenchSmallPerRun
+			r.smallT[p.name] += d
+			d, n, err := proxyBenchBatch(p, proxyBenchBigPerRun, proxyBenchBigConc, func() (int64, error) {
+				return proxyBenchDownload(p, proxyBenchBigSize)
+			})
+			if err != nil {
+				b.Fatalf("%s big: %v", p.name, err)
+			}
+			r.bigBytes[p.name] += n
+			r.bigT[p.name] += d
+		}
+	}
+	return r
+}
+
+// proxyBenchFirstEvents times, per path, request start to the first
+// server-sent event, the paths in turn.
+func proxyBenchFirstEvents(b *testing.B, paths []proxyBenchPath) map[string][]time.Duration {
+	first := map[string][]time.Duration{}
+	for range proxyBenchSSERuns {
+		for _, p := range paths {
+			d, err := proxyBenchFirstEvent(p)
+			if err != nil {
+				b.Fatalf("%s sse: %v", p.name, err)
+			}
+			first[p.name] = append(first[p.name], d)
+		}
+	}
+	return first
 }
 
 func proxyBenchUS(d time.Duration) string {

@@ -25,6 +25,7 @@ func init() {
 			APIKey:       c.APIKey,
 			APIKeyHeader: c.APIKeyHeader,
 			AllowFrom:    c.AllowFrom,
+			AwaitClients: c.AwaitClients,
 			Logger:       slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 	}

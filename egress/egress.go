@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/sforge-dev/netiso/internal/clientgate"
 	"github.com/sforge-dev/netiso/policy"
 )
 
@@ -98,13 +99,11 @@ type Proxy struct {
 	log *slog.Logger
 	rp  *httputil.ReverseProxy
 
+	gate *clientgate.Gate
+
 	mu      sync.Mutex
 	denials map[[2]string]int
 	allowed int
-	clients []netip.Addr
-
-	admitted  chan struct{}
-	admitOnce sync.Once
 }
 
 // New checks c and builds a Proxy.
@@ -130,7 +129,7 @@ func New(c Config) (*Proxy, error) {
 	if c.MaxDuration <= 0 {
 		c.MaxDuration = DefaultMaxDuration
 	}
-	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}, admitted: make(chan struct{})}
+	p := &Proxy{c: c, log: c.Logger, denials: map[[2]string]int{}, gate: clientgate.New(c.AllowFrom, c.AwaitClients)}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -170,16 +169,22 @@ func New(c Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Serve answers clients on ln until ctx ends, then closes the tunnels.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           p,
+// server is the HTTP server of the clients' connections, with the
+// proxy's bounds: the outer one, and the one inside a plain tunnel.
+func (p *Proxy) server(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       p.c.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+}
+
+// Serve answers clients on ln until ctx ends, then closes the tunnels.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	srv := p.server(ctx, p)
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -237,23 +242,11 @@ func (p *Proxy) noteAllowed() {
 
 // Admit names the only clients, with AwaitClients: the workload's
 // addresses. Only the first call counts.
-func (p *Proxy) Admit(addrs ...netip.Addr) {
-	p.admitOnce.Do(func() {
-		p.mu.Lock()
-		for _, a := range addrs {
-			p.clients = append(p.clients, a.Unmap().WithZone(""))
-		}
-		p.mu.Unlock()
-		close(p.admitted)
-	})
-}
-
-// admitTimeout bounds how long a connection waits for Admit.
-const admitTimeout = 30 * time.Second
+func (p *Proxy) Admit(addrs ...netip.Addr) { p.gate.Admit(addrs...) }
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if reason := p.clientRefused(r.Context(), r.RemoteAddr); reason != "" {
+	if reason := p.gate.Refused(r.Context(), r.RemoteAddr); reason != "" {
 		p.log.Warn("refused", "client", r.RemoteAddr, "method", r.Method, "host", r.Host, "reason", reason)
 		http.Error(w, "sforge egress proxy: this client may not use the proxy: "+reason, http.StatusForbidden)
 		return
@@ -268,36 +261,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "sforge egress proxy: this is a forward proxy: send absolute-form requests (http://host/path) or CONNECT host:port", http.StatusBadRequest)
 	}
-}
-
-// clientRefused says why a client may not use the proxy ("": it may).
-func (p *Proxy) clientRefused(ctx context.Context, remote string) string {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return "not an IP client"
-	}
-	a := ap.Addr().Unmap().WithZone("")
-	if !slices.ContainsFunc(p.c.AllowFrom, func(n netip.Prefix) bool { return n.Contains(a) }) {
-		return "not on the workload's network"
-	}
-	if !p.c.AwaitClients {
-		return ""
-	}
-	t := time.NewTimer(admitTimeout)
-	defer t.Stop()
-	select {
-	case <-p.admitted:
-	case <-ctx.Done():
-		return "gone before the workload's address was known"
-	case <-t.C:
-		return "the workload's address is not known"
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !slices.Contains(p.clients, a) {
-		return "not the workload's address"
-	}
-	return ""
 }
 
 // deny answers 403 with the reason, logs it and counts it.
@@ -355,6 +318,13 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // an upstream proxy, which resolves, the name must still be listed (or
 // the literal on the allowlist) and via says where to go.
 func (p *Proxy) decide(ctx context.Context, scheme, host string, port uint16) ([]netip.Addr, *url.URL, error) {
+	// The allowlist's own destinations (the Judge, an API at its pinned
+	// address) go direct, as the workload reaches them, whatever the
+	// upstream proxy setting says.
+	if _, pinned := p.c.Pinned[host]; pinned || p.literalListed(host, port) {
+		addrs, err := p.destinations(ctx, host, port)
+		return addrs, nil, err
+	}
 	authority := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	via, err := p.c.Proxy(&http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: scheme, Host: authority}, Host: authority, Header: http.Header{}})
 	if err != nil {
@@ -513,18 +483,11 @@ func (p *Proxy) plainTunnel(ctx context.Context, r *http.Request, conn net.Conn,
 		p.plain(w, in)
 	})
 	ln := &oneConnListener{conn: conn, closed: make(chan struct{})}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       p.c.IdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateClosed || s == http.StateHijacked {
-				ln.Close()
-			}
-		},
+	srv := p.server(ctx, h)
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed || s == http.StateHijacked {
+			ln.Close()
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()

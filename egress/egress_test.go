@@ -396,8 +396,15 @@ func TestUpstreamProxy(t *testing.T) {
 	r := start(t, Config{
 		Allow: patterns(t, "behind.test"),
 		Proxy: func(*http.Request) (*url.URL, error) { return corpURL, nil },
+		// The Judge: pinned, on the allowlist, reached direct.
+		Pinned:     map[string][]netip.Addr{"judge.test": {netip.MustParseAddr("127.0.0.1")}},
+		AllowAddrs: []policy.Endpoint{endpoint(t, "127.0.0.1", up.plainPort)},
 	})
-	code, body, err := get(t, r.client(), fmt.Sprintf("https://behind.test:%d/z", up.tlsPort))
+	code, body, err := get(t, r.client(), fmt.Sprintf("http://judge.test:%d/j", up.plainPort))
+	if err != nil || code != 200 || body != fmt.Sprintf("behind answered GET /j host=judge.test:%d", up.plainPort) {
+		t.Fatalf("the pinned Judge behind an upstream proxy: %d %q %v\n%s", code, body, err, r.logs)
+	}
+	code, body, err = get(t, r.client(), fmt.Sprintf("https://behind.test:%d/z", up.tlsPort))
 	if err != nil || code != 200 || !strings.Contains(body, "behind answered GET /z") {
 		t.Fatalf("%d %q %v\n%s", code, body, err, r.logs)
 	}

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testnet"
+	"github.com/sforge-dev/netiso/internal/testsquid"
 	"github.com/sforge-dev/netiso/proxy/proxytest"
 )
 
@@ -35,61 +35,41 @@ var (
 	internetLinkFar   = netip.MustParsePrefix("198.18.7.2/30")
 )
 
+// newCurlWorld is a dockerd with the sforge runtime, the internet host
+// behind it, and an image holding curl, for the domain allowlist's tests.
+func newCurlWorld(t *testing.T) (*launcherEnv, string) {
+	t.Helper()
+	runtime := requireIsolationPieces(t)
+	curl, err := exec.LookPath("curl")
+	testenv.Require(t, err == nil, "curl is needed in the test image")
+	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
+	startInternetHost(t, e)
+	rootfs := agentRootfs(t)
+	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
+	const image = "sforge-test/curl:1"
+	e.d.ImportImage(t, image, rootfs)
+	return e, image
+}
+
+// writeTaskDir writes task.json into a new directory and returns it.
+func writeTaskDir(t *testing.T, task string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // startInternetHost creates the host and serves HTTPS on 443 and HTTP on
 // 80 at both its addresses, each answer naming the method, path and Host
 // it got and the address that answered.
 func startInternetHost(t *testing.T, e *launcherEnv) {
 	t.Helper()
-	far := testenv.NewNetNS(t)
-	near, farName := "sfi"+randSuffix(), "sfo"+randSuffix()
-	err := e.d.NetNS.Do(func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: near}, PeerName: farName, PeerNamespace: netlink.NsFd(int(far.Fd()))}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		l, err := netlink.LinkByName(near)
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixIPNet(internetLinkNear)}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		for _, a := range []netip.Addr{internetHostAddr, internetHostAddr2} {
-			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: netlinkIPNet(a), Gw: internetLinkFar.Addr().AsSlice()}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("failed to link the internet host: %v", err)
-	}
+	far := testnet.NewRemote(t, e.d.NetNS, internetLinkNear, internetLinkFar, internetHostAddr, internetHostAddr2)
 	var tlsLns, plainLns []net.Listener
-	err = far.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(farName)
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixIPNet(internetLinkFar)}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return err
-		}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: internetLinkNear.Addr().AsSlice()}); err != nil {
-			return err
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
+	err := far.Do(func(ns.NetNS) error {
 		for _, a := range []netip.Addr{internetHostAddr, internetHostAddr2} {
-			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlinkIPNet(a), Flags: unix.IFA_F_NODAD}); err != nil {
-				return err
-			}
 			tl, err := net.Listen("tcp", net.JoinHostPort(a.String(), "443"))
 			if err != nil {
 				return err
@@ -104,7 +84,7 @@ func startInternetHost(t *testing.T, e *launcherEnv) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("failed to set up the internet host: %v", err)
+		t.Fatalf("failed to listen on the internet host: %v", err)
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -127,15 +107,28 @@ func startInternetHost(t *testing.T, e *launcherEnv) {
 // Docker network, with plain runc, and returns curl's output.
 func tryProxyFromNeighbour(t *testing.T, e *launcherEnv, image, runLog string) string {
 	t.Helper()
-	_, rest, ok := strings.Cut(runLog, "sforge: egress proxy on ")
+	addr := addrAfter(t, runLog, "sforge: egress proxy on ")
+	return e.neighbour(t, image, "/usr/bin/curl", "-sS", "-k", "--max-time", "8", "--proxy", "http://"+addr, "https://allowed.test/n")
+}
+
+// addrAfter is the address that follows prefix in a run's log.
+func addrAfter(t *testing.T, runLog, prefix string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(runLog, prefix)
 	addr, _, _ := strings.Cut(rest, " ")
 	if !ok || addr == "" {
-		t.Fatalf("no egress proxy address in the run's log:\n%s", runLog)
+		t.Fatalf("no %q in the run's log:\n%s", prefix, runLog)
 	}
+	return addr
+}
+
+// neighbour runs argv in another container of image on the default Docker
+// network, with plain runc, and returns its output.
+func (e *launcherEnv) neighbour(t *testing.T, image string, argv ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, _ := e.d.Docker(ctx, "run", "--rm", "--runtime", "runc", image, "/usr/bin/curl", "-sS", "-k", "--max-time", "8",
-		"--proxy", "http://"+addr, "https://allowed.test/n")
+	out, _ := e.d.Docker(ctx, append([]string{"run", "--rm", "--runtime", "runc", image}, argv...)...)
 	return out
 }
 
@@ -149,10 +142,6 @@ func (e *launcherEnv) runningContainer(t *testing.T) string {
 	return ids[0]
 }
 
-func prefixIPNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
 // TestEgressDomains runs `sforge run --allow-domain` on a real dockerd: the
 // container's curl, honouring the proxy variables sforge sets, reaches a
 // listed name over HTTPS and HTTP through the egress proxy; a name not on
@@ -161,16 +150,7 @@ func prefixIPNet(p netip.Prefix) *net.IPNet {
 // reached directly, around the proxy, is refused by the firewall; the
 // Judge stays direct. The report holds each refusal.
 func TestEgressDomains(t *testing.T) {
-	runtime := requireIsolationPieces(t)
-	curl, err := exec.LookPath("curl")
-	testenv.Require(t, err == nil, "curl is needed in the test image")
-	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
-	startInternetHost(t, e)
-
-	rootfs := agentRootfs(t)
-	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
-	const image = "sforge-test/curl:1"
-	e.d.ImportImage(t, image, rootfs)
+	e, image := newCurlWorld(t)
 
 	script := `c() { out=$(curl -sS -k --max-time 8 "$@" 2>&1); echo "$out rc=$?"; }
 echo "A: $(c https://allowed.test/a)"
@@ -186,11 +166,7 @@ echo "ENV: HTTPS_PROXY=$HTTPS_PROXY NO_PROXY=$NO_PROXY"
 echo HOLD
 i=0; while [ ! -e /tmp/release ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done
 `
-	dir := t.TempDir()
-	task := fmt.Sprintf(`{"name":"egress","image":%q,"agent_query":"q","internet":false,"timeout":"2m","allow_domains":["*.wild.test"]}`, image)
-	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := writeTaskDir(t, fmt.Sprintf(`{"name":"egress","image":%q,"agent_query":"q","internet":false,"timeout":"2m","allow_domains":["*.wild.test"]}`, image))
 	report := filepath.Join(t.TempDir(), "report.json")
 	args := []string{"--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL, "--report", report,
 		"--allow-domain", "allowed.test", "--allow-domain", "loop.test", "--allow-domain", "meta.test"}
@@ -266,16 +242,8 @@ i=0; while [ ! -e /tmp/release ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); d
 // between the container's two requests, and the second reaches the new
 // address, which the container's allowlist never held.
 func TestEgressRotation(t *testing.T) {
-	runtime := requireIsolationPieces(t)
-	curl, err := exec.LookPath("curl")
-	testenv.Require(t, err == nil, "curl is needed in the test image")
 	testenv.RequireBinary(t, "unshare")
-	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
-	startInternetHost(t, e)
-	rootfs := agentRootfs(t)
-	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
-	const image = "sforge-test/curl:1"
-	e.d.ImportImage(t, image, rootfs)
+	e, image := newCurlWorld(t)
 
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	writeHosts := func(a netip.Addr) {
@@ -291,11 +259,7 @@ i=0; while [ ! -e /tmp/rotated ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); d
 echo "SECOND: $(c https://rotate.test/2)"
 echo "PLAIN: $(c http://rotate.test/3)"
 `
-	dir := t.TempDir()
-	task := fmt.Sprintf(`{"name":"rotate","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image)
-	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := writeTaskDir(t, fmt.Sprintf(`{"name":"rotate","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image))
 	prefix := []string{"unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", `mount --bind "$0" /etc/hosts && exec "$@"`, hosts,
 		"nsenter", "--net=" + e.d.NetNS.Path(), "--"}
 	r := e.startSforgeCmd(t, prefix, nil, "--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL,
@@ -327,15 +291,7 @@ echo "PLAIN: $(c http://rotate.test/3)"
 // shares) and allows it: the proxy's own list decides, and sforge starts
 // no proxy of its own.
 func TestEgressProxyExternal(t *testing.T) {
-	runtime := requireIsolationPieces(t)
-	curl, err := exec.LookPath("curl")
-	testenv.Require(t, err == nil, "curl is needed in the test image")
-	e := newLauncherEnv(t, map[string]any{"runtimes": map[string]any{"sforge": map[string]any{"path": runtime}}})
-	startInternetHost(t, e)
-	rootfs := agentRootfs(t)
-	copyWithLibs(t, rootfs, curl, "/usr/bin/curl")
-	const image = "sforge-test/curl:1"
-	e.d.ImportImage(t, image, rootfs)
+	e, image := newCurlWorld(t)
 	px := proxyStartAt(t, e.d.NetNS.Path(), judgeAddr.String(), 9190, sforgeBinary(t), nil, "--egress", "--allow-from", "172.16.0.0/12",
 		"--allow-domain", "allowed.test", "--resolve", "allowed.test="+internetHostAddr.String(), "--resolve", "other.test="+internetHostAddr.String())
 
@@ -344,11 +300,7 @@ echo "A: $(c https://allowed.test/a)"
 echo "C: $(c https://other.test/c)"
 echo "ENV: HTTPS_PROXY=$HTTPS_PROXY"
 `
-	dir := t.TempDir()
-	task := fmt.Sprintf(`{"name":"egress-ext","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image)
-	if err := os.WriteFile(filepath.Join(dir, "task.json"), []byte(task), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := writeTaskDir(t, fmt.Sprintf(`{"name":"egress-ext","image":%q,"agent_query":"q","internet":false,"timeout":"2m"}`, image))
 	report := filepath.Join(t.TempDir(), "report.json")
 	code, out, errOut := e.run(t, nil, "--task", dir, "--agent", "command", "--disable-internet", "--judge-url", e.judgeURL, "--report", report,
 		"--egress-proxy", px.url, "--", "/bin/sh", "-c", script)
@@ -449,8 +401,8 @@ func TestEgressThroughSquid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sq := proxyStartSquid(t, up.Port)
-	px := proxyStart(t, bin, []string{"HTTPS_PROXY=http://" + sq.addr, "NO_PROXY=example.invalid"},
+	sq := testsquid.Start(t, testsquid.Options{Domain: proxytest.Host, Port: up.Port, Addr: netip.MustParseAddr("127.0.0.1")})
+	px := proxyStart(t, bin, []string{"HTTPS_PROXY=http://" + sq.Addr, "NO_PROXY=example.invalid"},
 		"--egress", "--allow-domain", proxytest.Host, "--allow-from", "127.0.0.0/8")
 	through := func(url string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -471,12 +423,12 @@ func TestEgressThroughSquid(t *testing.T) {
 	if err := px.stop(t); err != nil {
 		t.Fatalf("sforge proxy exited with %v\n%s", err, px.logs)
 	}
-	line := sq.waitAccessLog(t, "TCP_TUNNEL/200", fmt.Sprintf("CONNECT %s:%d", proxytest.Host, up.Port))
+	line := sq.WaitAccessLog(t, "TCP_TUNNEL/200", fmt.Sprintf("CONNECT %s:%d", proxytest.Host, up.Port))
 	t.Logf("squid: %s", line)
-	if b, _ := os.ReadFile(sq.accessLog); strings.Contains(string(b), "other.sforge.test") {
+	if b, _ := os.ReadFile(sq.AccessLog); strings.Contains(string(b), "other.sforge.test") {
 		t.Errorf("squid saw the unlisted name:\n%s", b)
 	}
-	for _, want := range []string{"via=http://" + sq.addr, "other.sforge.test is not on the domain allowlist", "msg=stopped"} {
+	for _, want := range []string{"via=http://" + sq.Addr, "other.sforge.test is not on the domain allowlist", "msg=stopped"} {
 		if !strings.Contains(px.logs.String(), want) {
 			t.Errorf("the proxy's log lacks %q:\n%s", want, px.logs)
 		}

@@ -1,21 +1,13 @@
 package integration
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testcluster"
-	"github.com/sforge-dev/netiso/internal/testk8s"
 )
 
 // egressProxyPort is where the node-local egress proxy listens, on the
@@ -63,36 +55,15 @@ func testNodeEgressProxy(t *testing.T, c *testcluster.Cluster, ns string) {
 			"direct":   []string{internetTarget},
 		},
 	})
-	task, err := json.Marshal(map[string]any{
+	code, stdout, _, report := runTaskOnNode(t, c, ns, sforge, map[string]any{
 		"name": "node-egress", "image": testcluster.ProbeImage, "agent_query": "probe the domain allowlist",
 		"command": []string{testcluster.ProbePath, "matrix", "--config-json", matrix},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	taskFile := filepath.Join(t.TempDir(), "task.json")
-	if err := os.WriteFile(taskFile, task, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Judge.ResetCounters(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	report := filepath.Join(t.TempDir(), "report.json")
-	run := exec.CommandContext(ctx, sforge, "run", "--backend", "k8s",
-		"--kubeconfig", c.HostKubeconfig(t, testk8s.Admin), "--namespace", ns,
-		"--task", taskFile, "--agent", "command", "--disable-internet", "--report", report,
-		"--judge-url", fmt.Sprintf("http://%s", judgeTarget), "--egress-proxy", px.url, "--timeout", "3m")
-	var stdout, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &stdout, &stderr
-	err = run.Run()
-	code := run.ProcessState.ExitCode()
-	t.Logf("sforge run exited %d (%v)\nstderr:\n%s\nproxy:\n%s", code, err, stderr.String(), px.logs)
+	}, "--egress-proxy", px.url)
+	t.Logf("proxy:\n%s", px.logs)
 	if code != 0 {
-		t.Errorf("exit code %d, want 0: every verdict of the matrix passed\nstdout:\n%s", code, stdout.String())
+		t.Errorf("exit code %d, want 0: every verdict of the matrix passed\nstdout:\n%s", code, stdout)
 	}
-	requireMatrixPass(t, stdout.String(), slices.Concat(egressKinds, []string{"control-tcp", "neighbour-tcp", "metadata", "canary-tcp"})...)
+	requireMatrixPass(t, stdout, slices.Concat(egressKinds, []string{"control-tcp", "neighbour-tcp", "metadata", "canary-tcp"})...)
 	requireNoForbiddenAtJudge(t, c, "the agent")
 
 	for _, want := range []string{

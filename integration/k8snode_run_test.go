@@ -20,6 +20,40 @@ import (
 	"github.com/sforge-dev/netiso/internal/testk8s"
 )
 
+// runTaskOnNode runs `sforge run --backend k8s --disable-internet` of task
+// with the command agent on the test node, the judge counters reset
+// first, with extra flags; it returns the exit code, the output and the
+// report's path.
+func runTaskOnNode(t *testing.T, c *testcluster.Cluster, ns, sforge string, task map[string]any, extra ...string) (code int, stdout, stderr, report string) {
+	t.Helper()
+	b, err := json.Marshal(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskFile := filepath.Join(t.TempDir(), "task.json")
+	if err := os.WriteFile(taskFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Judge.ResetCounters(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	report = filepath.Join(t.TempDir(), "report.json")
+	args := append([]string{"run", "--backend", "k8s",
+		"--kubeconfig", c.HostKubeconfig(t, testk8s.Admin), "--namespace", ns,
+		"--task", taskFile, "--agent", "command", "--disable-internet", "--report", report,
+		"--judge-url", fmt.Sprintf("http://%s:%d", testcluster.JudgeIP, testcluster.JudgePort),
+		"--timeout", "3m"}, extra...)
+	run := exec.CommandContext(ctx, sforge, args...)
+	var out, errOut bytes.Buffer
+	run.Stdout, run.Stderr = &out, &errOut
+	err = run.Run()
+	code = run.ProcessState.ExitCode()
+	t.Logf("sforge run exited %d (%v)\nstderr:\n%s", code, err, errOut.String())
+	return code, out.String(), errOut.String(), report
+}
+
 // testNodeSforgeRun is the user's path on a real node: `sforge run
 // --backend k8s --disable-internet` with the probe as the agent, from the
 // host with an ordinary kubeconfig. The agent's very first packet
@@ -48,46 +82,23 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	// uses.
 	script := fmt.Sprintf("%s --timeout 3s tcp %s; first=$?; %s matrix --config-json '%s'; exit $((40 + first + 2 * $?))",
 		testcluster.ProbePath, internetTarget, testcluster.ProbePath, matrix)
-	task, err := json.Marshal(map[string]any{
+	code, stdout, stderr, report := runTaskOnNode(t, c, ns, sforge, map[string]any{
 		"name": "node-e2e", "image": testcluster.ProbeImage,
 		"agent_query": "probe the network", "command": []string{"sh", "-c", script},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	taskFile := filepath.Join(t.TempDir(), "task.json")
-	if err := os.WriteFile(taskFile, task, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Judge.ResetCounters(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	report := filepath.Join(t.TempDir(), "report.json")
-	run := exec.CommandContext(ctx, sforge, "run", "--backend", "k8s",
-		"--kubeconfig", c.HostKubeconfig(t, testk8s.Admin), "--namespace", ns,
-		"--task", taskFile, "--agent", "command", "--disable-internet", "--report", report,
-		"--judge-url", fmt.Sprintf("http://%s:%d", testcluster.JudgeIP, testcluster.JudgePort),
-		"--timeout", "3m")
-	var stdout, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &stdout, &stderr
-	err = run.Run()
-	code := run.ProcessState.ExitCode()
-	t.Logf("sforge run exited %d (%v)\nstderr:\n%s", code, err, stderr.String())
 	// The agent's exit code is sforge's.
 	if code != 41 {
-		t.Errorf("exit code %d, want the agent's 41 (first connect refused, every matrix verdict passed)\nstdout:\n%s", code, stdout.String())
+		t.Errorf("exit code %d, want the agent's 41 (first connect refused, every matrix verdict passed)\nstdout:\n%s", code, stdout)
 	}
 	// The first line streamed is the first, forbidden connect: refused by
 	// a rule at once, not timed out.
-	first, _, _ := strings.Cut(strings.TrimSpace(stdout.String()), "\n")
+	first, _, _ := strings.Cut(strings.TrimSpace(stdout), "\n")
 	res := testbundle.ParseProbe(t, first)
 	if r, ok := res["tcp "+internetTarget]; !ok || r.OK || strings.Contains(r.Error, "timeout") {
 		t.Errorf("first line %q: want tcp %s refused at once", first, internetTarget)
 	}
 	// Every verdict of the matrix streamed by sforge run passed.
-	requireMatrixPass(t, stdout.String(), append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-tunnel-udp", "ipv6-udp")...)
+	requireMatrixPass(t, stdout, append(matrixKinds, "neighbour-tcp", "neighbour-icmp", "dns-tunnel-udp", "ipv6-udp")...)
 	cnt := requireNoForbiddenAtJudge(t, c, "the agent")
 	if cnt[testcluster.CounterJudge] == 0 {
 		t.Errorf("no packet counted as %s: the positive control did not go through the judge namespace", testcluster.CounterJudge)
@@ -114,7 +125,7 @@ func testNodeSforgeRun(t *testing.T, c *testcluster.Cluster, ns string) {
 	if total < 1 || !found || rep["blocked_error"] != nil {
 		t.Errorf("report blocked_total %v, blocked %v, error %v: want the refused connect to %s counted", rep["blocked_total"], rep["blocked"], rep["blocked_error"], internetTarget)
 	}
-	if want := fmt.Sprintf("sforge: %d attempts to %d forbidden destinations were refused (see %s)", int(total), len(blocked), report); !strings.Contains(stderr.String(), want) {
+	if want := fmt.Sprintf("sforge: %d attempts to %d forbidden destinations were refused (see %s)", int(total), len(blocked), report); !strings.Contains(stderr, want) {
 		t.Errorf("stderr lacks %q", want)
 	}
 	cs := c.Client(t)

@@ -76,9 +76,21 @@ func TestLauncherIsolated(t *testing.T) {
 		api := strings.TrimSuffix(e.forbiddenURL, "/")
 		r := e.startSforgeInNetNS(t, []string{launcher.EnvAPIBaseURL + "=" + api}, "--task", example, "--agent", "command",
 			"--judge-url", e.judgeURL, "--api-proxy", "--",
-			"/bin/sh", "-c", `timeout 10 wget -q -O - "$SFORGE_AGENT_API_BASE_URL/via-proxy" && ! timeout 10 wget -q -O - `+e.forbiddenURL)
+			"/bin/sh", "-c", `timeout 10 wget -q -O - "$SFORGE_AGENT_API_BASE_URL/via-proxy" && ! timeout 10 wget -q -O - `+e.forbiddenURL+
+				` && echo HOLD && i=0 && while [ ! -e /tmp/release ] && [ $i -lt 120 ]; do sleep 0.25; i=$((i+1)); done`)
+		// A neighbour on the same Docker network may not use the proxy
+		// (with a key, it would spend it).
+		r.waitLine(t, "HOLD", 3*time.Minute)
+		id := e.runningContainer(t)
+		image := strings.TrimSpace(e.d.MustDocker(t, "inspect", "-f", "{{.Config.Image}}", id))
+		proxyAddr := addrAfter(t, r.stderr.String(), "sforge: API proxy on ")
+		neighbour := e.neighbour(t, image, "wget", "-q", "-O", "-", "http://"+proxyAddr+"/from-a-neighbour")
+		e.d.MustDocker(t, "exec", id, "/bin/sh", "-c", ": > /tmp/release")
 		if code := r.wait(t, 3*time.Minute); code != 0 || !strings.Contains(r.stdout.String(), "forbidden answered") {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, r.stdout, r.stderr)
+		}
+		if !strings.Contains(neighbour, "403") || strings.Contains(neighbour, "forbidden answered") {
+			t.Errorf("a neighbour of the workload used the API proxy: %q", neighbour)
 		}
 		e.requireNoContainers(t)
 	})

@@ -3,12 +3,14 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
+	"github.com/sforge-dev/netiso/internal/testsquid"
 	"github.com/sforge-dev/netiso/proxy/proxytest"
 )
 
@@ -150,12 +152,12 @@ func TestProxyE2EThroughSquid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sq := proxyStartSquid(t, up.Port)
+	sq := testsquid.Start(t, testsquid.Options{Domain: proxytest.Host, Port: up.Port, Addr: netip.MustParseAddr("127.0.0.1")})
 	px := proxyStart(t, bin, []string{
 		"SSL_CERT_FILE=" + ca, "SFORGE_E2E_KEY=" + proxyE2EKey,
-		"HTTPS_PROXY=http://" + sq.addr, "NO_PROXY=example.invalid",
+		"HTTPS_PROXY=http://" + sq.Addr, "NO_PROXY=example.invalid",
 	}, "--target", up.URL(), "--api-key-env", "SFORGE_E2E_KEY", "--api-key-header", "x-api-key")
-	if want := "upstream_proxy=http://" + sq.addr; !strings.Contains(px.logs.String(), want) {
+	if want := "upstream_proxy=http://" + sq.Addr; !strings.Contains(px.logs.String(), want) {
 		t.Fatalf("start-up line lacks %q:\n%s", want, px.logs)
 	}
 
@@ -176,7 +178,7 @@ func TestProxyE2EThroughSquid(t *testing.T) {
 	if err := px.stop(t); err != nil {
 		t.Fatalf("sforge proxy exited with %v\n%s", err, px.logs)
 	}
-	line := sq.waitAccessLog(t, "TCP_TUNNEL/200", fmt.Sprintf("CONNECT %s:%d", proxytest.Host, up.Port))
+	line := sq.WaitAccessLog(t, "TCP_TUNNEL/200", fmt.Sprintf("CONNECT %s:%d", proxytest.Host, up.Port))
 	t.Logf("squid: %s", line)
 	if strings.Contains(px.logs.String(), proxyE2EKey) {
 		t.Errorf("the proxy's log shows the key:\n%s", px.logs)

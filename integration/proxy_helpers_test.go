@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -19,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sforge-dev/netiso/internal/testenv"
 	"github.com/sforge-dev/netiso/proxy/proxytest"
 )
 
@@ -203,141 +201,4 @@ func proxyCurlSSE(t *testing.T, url string, onEvent func(proxyArrival)) ([]proxy
 		readErr = fmt.Errorf("curl: %v: %s", err, stderr.String())
 	}
 	return got, readErr
-}
-
-// squidProc is a private squid: its own config, logs, pid file and port in
-// a temp dir, shared-memory segments under a unique service name.
-type squidProc struct {
-	addr      string // 127.0.0.1:PORT
-	accessLog string
-	cacheLog  string
-}
-
-// proxyStartSquid starts Debian's squid as a forward proxy that allows only
-// CONNECT to proxytest.Host:upstreamPort, which its own hosts file maps to
-// 127.0.0.1; its DNS points at loopback, so it never queries anyone. It is
-// stopped by PID when the test ends.
-func proxyStartSquid(t *testing.T, upstreamPort int) *squidProc {
-	t.Helper()
-	squid := testenv.RequireBinary(t, "squid")
-	dir, err := os.MkdirTemp("", "sforge-squid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	effectiveUser := ""
-	if os.Geteuid() == 0 {
-		// Squid started as root drops to cache_effective_user, which must
-		// be able to write its logs here.
-		u, err := user.Lookup("proxy")
-		if err != nil {
-			t.Fatalf("squid runs as root only with an unprivileged user: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		effectiveUser = "cache_effective_user proxy\n"
-	}
-	port := proxyFreePort(t)
-	s := &squidProc{
-		addr:      fmt.Sprintf("127.0.0.1:%d", port),
-		accessLog: filepath.Join(dir, "access.log"),
-		cacheLog:  filepath.Join(dir, "cache.log"),
-	}
-	hosts := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(hosts, []byte("127.0.0.1 "+proxytest.Host+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "squid.conf")
-	pidFile := filepath.Join(dir, "squid.pid")
-	cfg := fmt.Sprintf(`http_port %s
-pid_filename %s
-cache_log %s
-access_log stdio:%s
-coredump_dir %s
-hosts_file %s
-dns_nameservers 127.0.0.1
-visible_hostname sforge-test
-pinger_enable off
-cache deny all
-cache_mem 8 MB
-shutdown_lifetime 0 seconds
-acl from_loopback src 127.0.0.0/8
-acl test_api dstdomain %s
-acl test_port port %d
-acl CONNECT method CONNECT
-http_access allow CONNECT from_loopback test_api test_port
-http_access deny all
-%s`, s.addr, pidFile, s.cacheLog, s.accessLog, dir, hosts, proxytest.Host, upstreamPort, effectiveUser)
-	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	service := fmt.Sprintf("sfpx%d", time.Now().UnixNano()%1e9)
-	var out proxyLog
-	cmd := exec.Command(squid, "-N", "-n", service, "-f", conf)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("failed to start squid: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("squid (pid %d) did not stop on SIGTERM; killed", cmd.Process.Pid)
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return s
-		}
-		select {
-		case err := <-done:
-			log, _ := os.ReadFile(s.cacheLog)
-			t.Fatalf("squid exited: %v\n%s\n%s", err, out.String(), log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.cacheLog)
-			t.Fatalf("squid did not listen on %s within 20s\n%s\n%s", s.addr, out.String(), log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitAccessLog waits for a line containing all of want in squid's access
-// log; squid writes a CONNECT's line when the tunnel closes.
-func (s *squidProc) waitAccessLog(t *testing.T, want ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		b, _ := os.ReadFile(s.accessLog)
-		for _, line := range strings.Split(string(b), "\n") {
-			ok := line != ""
-			for _, w := range want {
-				ok = ok && strings.Contains(line, w)
-			}
-			if ok {
-				return line
-			}
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.cacheLog)
-			t.Fatalf("squid's access log has no line with %q:\n%s\ncache.log:\n%s", want, b, log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -51,6 +51,13 @@ func (e *InterruptedError) Error() string {
 // when ctx ends.
 type APIProxy interface {
 	Serve(ctx context.Context, ln net.Listener) error
+	admitter
+}
+
+// admitter is a proxy that serves the workload only once Admit named its
+// addresses (ProxyConfig.AwaitClients, egress.Config.AwaitClients).
+type admitter interface {
+	Admit(addrs ...netip.Addr)
 }
 
 // ProxyConfig is what Launch asks of the proxy: forward to Target, accept
@@ -58,6 +65,8 @@ type APIProxy interface {
 type ProxyConfig struct {
 	Target    string
 	AllowFrom []netip.Prefix
+	// AwaitClients: serve only the addresses Admit names, once known.
+	AwaitClients bool
 	// APIKey, when set, is added upstream by the proxy; the container
 	// never holds it.
 	APIKey string
@@ -134,6 +143,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 	began := time.Now()
 	phase := "checks"
 	var stopProxy, stopEgress func()
+	var apiProxy APIProxy
 	var egressProxy *egress.Proxy
 
 	defer func() {
@@ -189,7 +199,7 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 
 	if p.APIProxy {
 		phase = "proxy start"
-		stopProxy, err = startProxy(ctx, p, host, o)
+		apiProxy, stopProxy, err = startProxy(ctx, b, p, host, o)
 		if err != nil {
 			return rep, err
 		}
@@ -272,10 +282,15 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 		}
 		return rep, err
 	}
+	var admit []admitter
+	if apiProxy != nil {
+		admit = append(admit, apiProxy)
+	}
 	if egressProxy != nil {
-		if err := admitWorkload(runCtx, b, egressProxy); err != nil {
-			return rep, err
-		}
+		admit = append(admit, egressProxy)
+	}
+	if err := admitWorkload(runCtx, b, admit...); err != nil {
+		return rep, err
 	}
 
 	phase = "run"
@@ -310,24 +325,25 @@ func Launch(ctx context.Context, b Backend, p *Plan, o Options) (rep *Report, er
 
 var errTimeout = errors.New("agent timeout")
 
-func startProxy(ctx context.Context, p *Plan, host HostInfo, o Options) (stop func(), err error) {
+func startProxy(ctx context.Context, b Backend, p *Plan, host HostInfo, o Options) (prox APIProxy, stop func(), err error) {
 	if o.NewAPIProxy == nil {
-		return nil, errors.New("--api-proxy: this build has no in-process proxy yet; start `sforge proxy --target " + p.UpstreamAPIURL + " --port 9090` yourself and set " + EnvAPIBaseURL + "=http://host.docker.internal:9090")
+		return nil, nil, errors.New("--api-proxy: this build has no in-process proxy yet; start `sforge proxy --target " + p.UpstreamAPIURL + " --port 9090` yourself and set " + EnvAPIBaseURL + "=http://host.docker.internal:9090")
 	}
-	prox, err := o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, APIKey: p.proxyKey, APIKeyHeader: keyHeader(p), Log: o.Log})
+	prox, err = o.NewAPIProxy(ProxyConfig{Target: p.UpstreamAPIURL, AllowFrom: host.ProxyClients, AwaitClients: isAddresser(b),
+		APIKey: p.proxyKey, APIKeyHeader: keyHeader(p), Log: o.Log})
 	if err != nil {
-		return nil, fmt.Errorf("failed to create the API proxy: %w", err)
+		return nil, nil, fmt.Errorf("failed to create the API proxy: %w", err)
 	}
 	ln, url, err := listenForWorkload(host, "API proxy", "--api-proxy: the backend has no address where the workload can reach this host; run `sforge proxy` on an address it can reach and set "+EnvAPIBaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := p.UseProxy(url); err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	fmt.Fprintf(o.Log, "sforge: API proxy on %s forwards to %s\n", ln.Addr(), p.UpstreamAPIURL)
-	return serveInBackground(ctx, o, "API proxy", prox.Serve, ln), nil
+	return prox, serveInBackground(ctx, o, "API proxy", prox.Serve, ln), nil
 }
 
 // listenForWorkload opens a socket where the workload reaches this host,
@@ -420,21 +436,22 @@ func serveEgress(ctx context.Context, b Backend, p *Plan, host HostInfo, ln net.
 
 func isAddresser(b Backend) bool { _, ok := b.(Addresser); return ok }
 
-// admitWorkload narrows the egress proxy's clients to the started
-// workload. Failing that, the run fails: the proxy would otherwise serve
-// the workload's neighbours, or nobody.
-func admitWorkload(ctx context.Context, b Backend, prox *egress.Proxy) error {
+// admitWorkload narrows the clients of the proxies sforge started for the
+// run to the started workload. Failing that, the run fails: the proxies
+// would otherwise serve the workload's neighbours, or nobody.
+func admitWorkload(ctx context.Context, b Backend, proxies ...admitter) error {
 	a, ok := b.(Addresser)
-	if !ok {
+	if !ok || len(proxies) == 0 {
 		return nil
 	}
 	// No address and no error: the workload already ended.
 	addrs, err := a.WorkloadAddrs(ctx)
-	if err != nil {
-		prox.Admit()
-		return fmt.Errorf("the egress proxy admits only the workload, and its address is not known: %w; the agent was stopped", err)
+	for _, p := range proxies {
+		p.Admit(addrs...)
 	}
-	prox.Admit(addrs...)
+	if err != nil {
+		return fmt.Errorf("the proxies sforge started admit only the workload, and its address is not known: %w; the agent was stopped", err)
+	}
 	return nil
 }
 

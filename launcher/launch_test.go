@@ -200,7 +200,12 @@ func TestLaunchInterrupted(t *testing.T) {
 	}
 }
 
-type fakeProxy struct{ cfg ProxyConfig }
+type fakeProxy struct {
+	cfg      ProxyConfig
+	admitted []netip.Addr
+}
+
+func (f *fakeProxy) Admit(addrs ...netip.Addr) { f.admitted = addrs }
 
 func (f *fakeProxy) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -357,7 +362,7 @@ func TestLaunchEgressAdmitsTheWorkload(t *testing.T) {
 	})
 	t.Run("address not known", func(t *testing.T) {
 		b, err := newRun(t, nil, errors.New("inspect failed"))
-		if err == nil || !strings.Contains(err.Error(), "the egress proxy admits only the workload, and its address is not known: inspect failed") {
+		if err == nil || !strings.Contains(err.Error(), "the proxies sforge started admit only the workload, and its address is not known: inspect failed") {
 			t.Fatalf("err %v", err)
 		}
 		if b.calls[len(b.calls)-1] != "cleanup" || slices.Contains(b.calls, "wait") {

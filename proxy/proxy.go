@@ -24,6 +24,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/sforge-dev/netiso/internal/clientgate"
 )
 
 // Defaults for the server side. There is deliberately no ReadTimeout or
@@ -53,6 +55,10 @@ type Config struct {
 	// get 403. Nil means DefaultAllowFrom(); to admit everyone, say so with
 	// 0.0.0.0/0 and ::/0.
 	AllowFrom []netip.Prefix
+	// AwaitClients narrows AllowFrom to the addresses Admit names (a
+	// workload's own, known once it started): a client that comes before
+	// waits, and any other address is refused.
+	AwaitClients bool
 
 	// Logger receives one line per request and the proxy's own events.
 	// Nil discards them.
@@ -81,6 +87,7 @@ type Proxy struct {
 	keyHeader string // canonical; empty when no key is injected
 	keyValue  string
 	allow     []netip.Prefix
+	gate      *clientgate.Gate
 	log       *slog.Logger
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -120,10 +127,11 @@ func New(c Config) (*Proxy, error) {
 	} else if c.APIKeyHeader != "" {
 		return nil, errors.New("API key header is set but there is no API key")
 	}
-	p.allow = c.AllowFrom
-	if p.allow == nil {
-		p.allow = DefaultAllowFrom()
+	allow := c.AllowFrom
+	if allow == nil {
+		allow = DefaultAllowFrom()
 	}
+	p.allow, p.gate = allow, clientgate.New(allow, c.AwaitClients)
 	p.transport = newTransport(c)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
@@ -187,9 +195,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(v)
 		}
 	}()
+	reason := p.gate.Refused(r.Context(), r.RemoteAddr)
 	switch {
-	case !p.allowed(r.RemoteAddr):
+	case reason == clientgate.NotOnNetworks:
 		plainError(rec, http.StatusForbidden, "sforge proxy: client address is not in --allow-from")
+	case reason != "":
+		plainError(rec, http.StatusForbidden, "sforge proxy: this client may not use the proxy: "+reason)
 	case r.Method == http.MethodConnect:
 		// A reverse proxy, not a tunnel: nobody may use it to reach
 		// anything but the target.
@@ -199,19 +210,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *Proxy) allowed(remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().Unmap().WithZone("")
-	for _, n := range p.allow {
-		if n.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// Admit names the only clients, with AwaitClients: the workload's
+// addresses. Only the first call counts.
+func (p *Proxy) Admit(addrs ...netip.Addr) { p.gate.Admit(addrs...) }
 
 // upstreamError answers when the upstream cannot be reached or fails
 // mid-response, with one line that says which upstream.

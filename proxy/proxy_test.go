@@ -285,6 +285,30 @@ func TestAllowFrom(t *testing.T) {
 	}
 }
 
+// TestAwaitClients: with AwaitClients the proxy serves, of its networks,
+// only the workload Admit names; a neighbour gets 403 with the reason.
+func TestAwaitClients(t *testing.T) {
+	up := proxytest.NewUpstream(t, proxytest.Options{})
+	p, err := New(Config{Target: mustURL(t, up.LoopbackURL()), AllowFrom: []netip.Prefix{netip.MustParsePrefix("172.17.0.0/16")},
+		AwaitClients: true, RootCAs: up.CertPool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Admit(netip.MustParseAddr("172.17.0.2"))
+	for remote, want := range map[string]int{"172.17.0.2:5000": 200, "172.17.0.3:5000": 403, "10.0.0.1:5000": 403} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		req.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		if w.Code != want {
+			t.Errorf("%s: status %d, want %d: %s", remote, w.Code, want, w.Body)
+		}
+		if remote == "172.17.0.3:5000" && !strings.Contains(w.Body.String(), "this client may not use the proxy: not the workload's address") {
+			t.Errorf("the neighbour's refusal: %q", w.Body)
+		}
+	}
+}
+
 // TestStreamingLockstep: the upstream sends event i+1 only after the client
 // has received event i, so any buffering in the proxy stalls the stream
 // (the upstream then ends it with an error event) instead of passing. Both

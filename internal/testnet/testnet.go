@@ -26,6 +26,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sforge-dev/netiso/internal/testenv"
 )
@@ -415,4 +416,71 @@ func echoRequest(id, seq uint16) []byte {
 	cs := ^uint16(sum)
 	b[2], b[3] = byte(cs>>8), byte(cs)
 	return b
+}
+
+// NewRemote makes a host in a namespace of its own, joined to near by a
+// veth pair (nearLink and farLink, one /30), with addrs on its loopback
+// and routed to from near through the pair. It plays "the internet" for a
+// proxy in near: its addresses are on none of near's interfaces.
+func NewRemote(t testing.TB, near ns.NetNS, nearLink, farLink netip.Prefix, addrs ...netip.Addr) ns.NetNS {
+	t.Helper()
+	far := testenv.NewNetNS(t)
+	sfx := randSuffix(t)
+	nearName, farName := "sfi"+sfx, "sfo"+sfx
+	ipnet := func(p netip.Prefix) *net.IPNet {
+		return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	}
+	host := func(a netip.Addr) *net.IPNet { return ipnet(netip.PrefixFrom(a, a.BitLen())) }
+	up := func(name string, addr netip.Prefix) (netlink.Link, error) {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet(addr)}); err != nil {
+			return nil, err
+		}
+		return l, netlink.LinkSetUp(l)
+	}
+	err := near.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: nearName}, PeerName: farName, PeerNamespace: netlink.NsFd(int(far.Fd()))}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		l, err := up(nearName, nearLink)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: host(a), Gw: farLink.Addr().AsSlice()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("failed to link the remote host: %v", err)
+	}
+	err = far.Do(func(ns.NetNS) error {
+		l, err := up(farName, farLink)
+		if err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: nearLink.Addr().AsSlice()}); err != nil {
+			return err
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: host(a), Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("failed to set up the remote host: %v", err)
+	}
+	return far
 }

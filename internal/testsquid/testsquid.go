@@ -1,0 +1,200 @@
+// Package testsquid runs Debian's squid for tests and benchmarks: a private
+// forward proxy (its own config, logs, pid file and port in a temp dir,
+// shared-memory segments under a unique service name) that allows only
+// CONNECT to one name and port, resolved from a hosts file of its own; its
+// DNS points at loopback, so it never queries anyone. It is stopped by PID
+// when the test ends.
+package testsquid
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sforge-dev/netiso/internal/testenv"
+)
+
+// Options say what squid allows and where it runs.
+type Options struct {
+	// Domain and Port are the one CONNECT destination allowed; Domain
+	// resolves to Addr.
+	Domain string
+	Port   int
+	Addr   netip.Addr
+	// NetNS, when set, is the network namespace squid runs in; Dial then
+	// reaches it there (to wait for it to listen).
+	NetNS string
+	Dial  func(network, addr string, timeout time.Duration) (net.Conn, error)
+}
+
+// Squid is a running squid.
+type Squid struct {
+	Addr      string // 127.0.0.1:PORT, in its namespace
+	AccessLog string
+	CacheLog  string
+}
+
+// Start starts squid and waits until it listens.
+func Start(tb testing.TB, o Options) *Squid {
+	tb.Helper()
+	bin := testenv.RequireBinary(tb, "squid")
+	dir, err := os.MkdirTemp("", "sforge-squid-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	effectiveUser := ""
+	if os.Geteuid() == 0 {
+		// Started as root, squid drops to cache_effective_user, which
+		// must be able to write its logs here.
+		u, err := user.Lookup("proxy")
+		if err != nil {
+			tb.Fatalf("squid runs as root only with an unprivileged user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		effectiveUser = "cache_effective_user proxy\n"
+	}
+	s := &Squid{
+		Addr:      fmt.Sprintf("127.0.0.1:%d", freePort(tb)),
+		AccessLog: filepath.Join(dir, "access.log"),
+		CacheLog:  filepath.Join(dir, "cache.log"),
+	}
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte(o.Addr.String()+" "+o.Domain+"\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	conf := filepath.Join(dir, "squid.conf")
+	cfg := fmt.Sprintf(`http_port %s
+pid_filename %s/squid.pid
+cache_log %s
+access_log stdio:%s
+coredump_dir %s
+hosts_file %s
+dns_nameservers 127.0.0.1
+visible_hostname sforge-test
+pinger_enable off
+cache deny all
+cache_mem 8 MB
+shutdown_lifetime 0 seconds
+acl from_loopback src 127.0.0.0/8
+acl allowed_name dstdomain %s
+acl allowed_port port %d
+acl CONNECT method CONNECT
+http_access allow CONNECT from_loopback allowed_name allowed_port
+http_access deny all
+%s`, s.Addr, dir, s.CacheLog, s.AccessLog, dir, hosts, o.Domain, o.Port, effectiveUser)
+	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	argv := []string{bin, "-N", "-n", fmt.Sprintf("sfsq%d", time.Now().UnixNano()%1e9), "-f", conf}
+	if o.NetNS != "" {
+		argv = append([]string{"nsenter", "--net=" + o.NetNS, "--"}, argv...)
+	}
+	var out lockedBuffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("failed to start squid: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			tb.Errorf("squid (pid %d) did not stop on SIGTERM; killed", cmd.Process.Pid)
+		}
+	})
+	dial := o.Dial
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := dial("tcp", s.Addr, time.Second)
+		if err == nil {
+			c.Close()
+			return s
+		}
+		select {
+		case err := <-done:
+			log, _ := os.ReadFile(s.CacheLog)
+			tb.Fatalf("squid exited: %v\n%s\n%s", err, out.String(), log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.CacheLog)
+			tb.Fatalf("squid did not listen on %s within 20s\n%s\n%s", s.Addr, out.String(), log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitAccessLog waits for a line containing all of want in the access log;
+// squid writes a CONNECT's line when the tunnel closes.
+func (s *Squid) WaitAccessLog(tb testing.TB, want ...string) string {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, _ := os.ReadFile(s.AccessLog)
+		for _, line := range strings.Split(string(b), "\n") {
+			ok := line != ""
+			for _, w := range want {
+				ok = ok && strings.Contains(line, w)
+			}
+			if ok {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.CacheLog)
+			tb.Fatalf("squid's access log has no line with %q:\n%s\ncache.log:\n%s", want, b, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freePort is a loopback port that was free a moment ago (any port is in
+// a fresh namespace).
+func freePort(tb testing.TB) int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
