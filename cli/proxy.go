@@ -96,7 +96,10 @@ encrypted (ECH), and absolute-form http:// requests. Names are resolved at
 each connection (--resolve NAME=ADDRESS answers for one), and an address of
 this host's networks, loopback or link-local is refused unless it is listed
 (no DNS rebinding into the host). Every decision is one log line; at exit the
-refusals are summed up. 'sforge run --allow-domain' starts one by itself.`,
+refusals are summed up. 'sforge run --allow-domain' starts one by itself;
+'sforge run --egress-proxy URL' points a run at this one (on Kubernetes).
+Plain HTTP sent inside a CONNECT tunnel is served too, each request's Host
+checked against the CONNECT host.`,
 		Example: `  # The seed's setup: on the host, the API through the corporate proxy
   HTTPS_PROXY="http://corp-proxy.example.com:8080" \
   sforge proxy --target https://api.anthropic.com --port 9090
@@ -114,9 +117,11 @@ refusals are summed up. 'sforge run --allow-domain' starts one by itself.`,
   sforge proxy --target https://llm-gw.corp.example --port 9090 \
     --api-key-env ANTHROPIC_API_KEY --agent claude-code
 
-  # A domain allowlist for Pods of 10.244.0.0/16 (see docs/kubernetes.md)
-  sforge proxy --egress --port 3128 --allow-domain pypi.org \
+  # A domain allowlist for Pods of 10.244.0.0/16, then a run pointed at it (docs/kubernetes.md)
+  sforge proxy --egress --listen 10.0.0.12 --port 3128 --allow-domain pypi.org \
     --allow-domain '*.pythonhosted.org' --allow-from 10.244.0.0/16
+  sforge run --backend k8s --task ./task --agent claude-code --disable-internet \
+    --judge-url http://10.0.0.12:8080 --egress-proxy http://10.0.0.12:3128
 
   # An OpenAI-compatible gateway under a path, key in a custom header
   sforge proxy --target https://gw.example.com/openai --port 9091 \
