@@ -66,7 +66,8 @@ hosts), let it try every way out, and report each attempt:
     AF_PACKET sockets, changing nftables from inside, unshare of a new netns.
 
 With --allow-domain the probe runs behind the run's egress proxy, as an
-agent of ` + "`sforge run --allow-domain`" + ` would, and also tries:
+agent of ` + "`sforge run --allow-domain`" + ` would (with --egress-proxy, behind
+that running proxy, as on Kubernetes), and also tries:
 
   - control: each listed name (not a wildcard) over TLS through the proxy;
   - refused: a name not on the list (resolving where the first listed name
@@ -139,7 +140,8 @@ has it at /sforge-probe (required with --backend k8s).`,
 	f.StringArrayVar(&o.req.Neighbours, "neighbour", nil, "address of another container or host that must be unreachable (repeatable)")
 	f.StringArrayVar(&o.req.Forbidden6, "ipv6-target", nil, "IPv6 address that must be unreachable (repeatable)")
 	f.StringArrayVar(&o.req.AllowDomains, "allow-domain", nil, "verify a domain allowlist: the probe reaches this name through the egress proxy, as an agent of sforge run --allow-domain would, and tries the ways around it (repeatable) (docker)")
-	f.StringArrayVar(&o.req.Resolve, "resolve", nil, "with --allow-domain: the egress proxy answers NAME with ADDRESS instead of looking it up (NAME=ADDRESS, repeatable)")
+	f.StringArrayVar(&o.req.Resolve, "resolve", nil, "with --allow-domain: the egress proxy answers NAME with ADDRESS instead of looking it up (NAME=ADDRESS, repeatable); with --egress-proxy, where the first name leads")
+	f.StringVar(&o.req.EgressProxy, "egress-proxy", "", "with --allow-domain: the running sforge egress proxy (http://ADDRESS:PORT) the probe goes through instead of one verify starts, the way on Kubernetes; its list must hold the names, and the rebinding checks are left out")
 	f.StringVar(&o.req.Image, "image", "", "run the probe from this image (it must hold /sforge-probe) instead of building one; required with --backend k8s")
 	o.k8s.addFlags(f)
 	f.StringVar(&o.req.Probe, "probe", "", "the static sforge-probe binary to put in the image (default: next to sforge, else in PATH)")
@@ -159,8 +161,11 @@ func (o *verifyOptions) validate() error {
 	if err := o.k8s.validate(o.req.Backend); err != nil {
 		return err
 	}
-	if o.req.Backend == "k8s" && len(o.req.AllowDomains) > 0 {
-		return errors.New("--allow-domain is not available with --backend k8s: verify runs the egress proxy in this process, which a Pod cannot reach (docs/kubernetes.md)")
+	if o.req.Backend == "k8s" && len(o.req.AllowDomains) > 0 && o.req.EgressProxy == "" {
+		return errors.New("--allow-domain with --backend k8s needs --egress-proxy: a Pod cannot reach a proxy inside this process; run `sforge proxy --egress` where Pods reach it and pass its URL (docs/kubernetes.md)")
+	}
+	if o.req.EgressProxy != "" && len(o.req.AllowDomains) == 0 {
+		return errors.New("--egress-proxy needs --allow-domain: name a listed name of that proxy for the probe to reach through it")
 	}
 	if o.req.Backend == "k8s" && o.req.Image == "" {
 		// A Pod pulls its image; verify cannot build one for it.

@@ -2,13 +2,59 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sforge-dev/netiso/internal/testbin"
 	"github.com/sforge-dev/netiso/internal/testcluster"
+	"github.com/sforge-dev/netiso/internal/testnet"
 )
+
+// startNodeEgressProxy runs `sforge proxy --egress` in the node's
+// namespace on its address, for the Pod network: allowed.test and names
+// that rebind to loopback, the metadata address and the node are listed,
+// and allowed.test and unlisted.test lead to "the internet".
+func startNodeEgressProxy(t *testing.T, c *testcluster.Cluster, sforge string) *proxyProc {
+	t.Helper()
+	resolve := map[string]string{
+		"allowed.test": testcluster.InternetIP, "unlisted.test": testcluster.InternetIP,
+		"loop.test": "127.0.0.1", "meta.test": "169.254.169.254", "node.test": testcluster.NodeIP,
+	}
+	args := []string{"--egress", "--allow-from", testcluster.PodCIDR}
+	for _, n := range []string{"allowed.test", "loop.test", "meta.test", "node.test"} {
+		args = append(args, "--allow-domain", n)
+	}
+	for n, a := range resolve {
+		args = append(args, "--resolve", n+"="+a)
+	}
+	return proxyStartAt(t, c.NetNS, testcluster.NodeIP, egressProxyPort, sforge, nil, args...)
+}
+
+// testNodeVerifyEgressProxy: `sforge verify --backend k8s --egress-proxy
+// --allow-domain` on the test node, through the node's egress proxy: the
+// listed name is reached over TLS (a server on the internet's 443), and
+// every other egress attempt but the rebinding ones (verify cannot add
+// names to a proxy it did not start) is refused.
+func testNodeVerifyEgressProxy(t *testing.T, c *testcluster.Cluster, ns string) {
+	px := startNodeEgressProxy(t, c, testbin.Build(t, "./cmd/sforge"))
+	testnet.ServeTCP(t, c.Judge.NetNS, net.JoinHostPort(testcluster.InternetIP, "443"))
+	code, rep, _ := runNodeVerify(t, c, ns, "--egress-proxy", px.url, "--allow-domain", "allowed.test", "--resolve", "allowed.test="+testcluster.InternetIP)
+	t.Logf("proxy:\n%s", px.logs)
+	if code != 0 || !rep.OK || rep.Leaks != 0 || rep.FailedControls != 0 {
+		t.Fatalf("exit %d, ok=%v leaks=%d failed controls=%d: %+v", code, rep.OK, rep.Leaks, rep.FailedControls, rep.Verdicts)
+	}
+	tried := map[string]bool{}
+	for _, v := range rep.Verdicts {
+		tried[v.Check] = true
+	}
+	for _, k := range egressKinds {
+		if tried[k] == (k == "egress-rebind") {
+			t.Errorf("%s tried: %v", k, tried[k])
+		}
+	}
+}
 
 // egressProxyPort is where the node-local egress proxy listens, on the
 // node's address: as a hostNetwork DaemonSet would.
@@ -25,18 +71,7 @@ const egressProxyPort = 3128
 // other ports are all refused.
 func testNodeEgressProxy(t *testing.T, c *testcluster.Cluster, ns string) {
 	sforge := testbin.Build(t, "./cmd/sforge")
-	resolve := map[string]string{
-		"allowed.test": testcluster.InternetIP, "unlisted.test": testcluster.InternetIP,
-		"loop.test": "127.0.0.1", "meta.test": "169.254.169.254", "node.test": testcluster.NodeIP,
-	}
-	args := []string{"--egress", "--allow-from", testcluster.PodCIDR}
-	for _, n := range []string{"allowed.test", "loop.test", "meta.test", "node.test"} {
-		args = append(args, "--allow-domain", n)
-	}
-	for n, a := range resolve {
-		args = append(args, "--resolve", n+"="+a)
-	}
-	px := proxyStartAt(t, c.NetNS, testcluster.NodeIP, egressProxyPort, sforge, nil, args...)
+	px := startNodeEgressProxy(t, c, sforge)
 
 	port := fmt.Sprint(testcluster.JudgePort)
 	matrix := matrixJSON(t, map[string]any{

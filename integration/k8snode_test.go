@@ -50,6 +50,7 @@ func TestK8sNode(t *testing.T) {
 		t.Run("dns", func(t *testing.T) { testNodeDNS(t, c, ns) })
 		t.Run("sforge verify", func(t *testing.T) { testNodeVerify(t, c, ns) })
 		t.Run("sforge verify --exec", func(t *testing.T) { testNodeVerifyExec(t, c, ns) })
+		t.Run("sforge verify --egress-proxy", func(t *testing.T) { testNodeVerifyEgressProxy(t, c, ns) })
 		// Removes sforge-cni's eventKubeconfig while it runs.
 		t.Run("sforge verify inferred", func(t *testing.T) { testNodeVerifyInferred(t, c, ns) })
 		// Takes sforge-cni out of the conflist while it runs.

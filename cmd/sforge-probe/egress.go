@@ -78,8 +78,9 @@ func egressProxy(e *EgressConfig) (string, error) {
 
 // planEgress lists the domain allowlist's attempts. The proxy decides a
 // CONNECT's destination before it answers, so a refused destination is a
-// CONNECT not answered 200; a refused ClientHello (read after the 200) is
-// a tunnel closed before the server said anything.
+// CONNECT answered with its refusal (any other answer means it let the
+// destination through); a refused ClientHello (read after the 200) is a
+// tunnel closed before the server said anything.
 func planEgress(e *EgressConfig, add func(check, target, expect string, try func(time.Duration) error)) {
 	proxy := func() (string, error) { return egressProxy(e) }
 	host := func(hp string) string { h, _, _ := net.SplitHostPort(hp); return h }
@@ -142,14 +143,37 @@ func openTunnel(proxy func() (string, error), target string, timeout time.Durati
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
 		c.Close()
-		return nil, nil, fmt.Errorf("the proxy answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return nil, nil, &answerError{status: resp.Status, code: resp.StatusCode, body: strings.TrimSpace(string(body))}
 	}
 	return c, br, nil
 }
 
-// tryConnect succeeds when the proxy accepts CONNECT target.
+// answerError is a CONNECT the proxy did not answer 200.
+type answerError struct {
+	status string
+	code   int
+	body   string
+}
+
+func (e *answerError) Error() string {
+	return fmt.Sprintf("the proxy answered %s: %s", e.status, e.body)
+}
+
+// refusal is the egress proxy's own refusal of a destination; any other
+// answer (a 502: it tried to reach the destination) means it let it
+// through.
+func (e *answerError) refusal() bool {
+	return e.code == http.StatusForbidden && strings.HasPrefix(e.body, "sforge egress proxy: refused:")
+}
+
+// tryConnect succeeds when the proxy accepts CONNECT target: it answers
+// 200, or anything but its refusal.
 func tryConnect(proxy func() (string, error), target string, timeout time.Duration) error {
 	c, _, err := openTunnel(proxy, target, timeout)
+	var ae *answerError
+	if errors.As(err, &ae) && !ae.refusal() {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

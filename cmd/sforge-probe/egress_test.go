@@ -189,3 +189,25 @@ func TestEgressConfigErrors(t *testing.T) {
 		t.Errorf("from $HTTPS_PROXY: %q, %v", got, err)
 	}
 }
+
+// TestConnectVerdicts: only the egress proxy's own refusal is a refusal;
+// a 502 means it tried to reach the destination.
+func TestConnectVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		code    int
+		body    string
+		refused bool
+	}{
+		{http.StatusForbidden, "sforge egress proxy: refused: x.test is not on the domain allowlist", true},
+		{http.StatusBadGateway, "sforge egress proxy: failed to reach x.test:443", false},
+		{http.StatusForbidden, "Access Denied", false},
+		{http.StatusOK, "", false},
+	} {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, tc.body, tc.code) })
+		addr := serveProxy(t, h)
+		err := tryConnect(func() (string, error) { return addr, nil }, "x.test:443", 2*time.Second)
+		if (err != nil) != tc.refused {
+			t.Errorf("%d %q: err %v, want refused=%v", tc.code, tc.body, err, tc.refused)
+		}
+	}
+}

@@ -66,6 +66,11 @@ type Request struct {
 	// is; Resolve are the proxy's fixed answers (--resolve NAME=ADDRESS).
 	AllowDomains []string
 	Resolve      []string
+	// EgressProxy is a running sforge egress proxy (--egress-proxy) the
+	// probe is pointed at instead of one verify starts: AllowDomains are
+	// then names on its list, and Resolve says where the first one leads.
+	// verify cannot add names to it, so the rebinding checks are left out.
+	EgressProxy string
 }
 
 // holdArgs keep an --exec run's container open while the probe is exec'd
@@ -237,6 +242,12 @@ func egressWorld(ctx context.Context, r Request, cfg map[string]any, o Options) 
 	if len(direct) == 0 {
 		return nil, nil, fmt.Errorf("--allow-domain %s: no IPv4 address (IPv6 is blocked in the sandbox); pass --resolve %s=ADDRESS", first, first)
 	}
+	e := cfg["egress"].(map[string]any)
+	e["direct"] = direct
+	if r.EgressProxy != "" {
+		// A proxy verify did not start has its own answers.
+		return nil, nil, nil
+	}
 	rebind := map[string]string{"loopback": "127.0.0.1", "metadata": "169.254.169.254"}
 	if h := hostAddr(); h.IsValid() {
 		rebind["host"] = h.String()
@@ -249,8 +260,7 @@ func egressWorld(ctx context.Context, r Request, cfg map[string]any, o Options) 
 			resolve = append(resolve, n+"="+a)
 		}
 	}
-	e := cfg["egress"].(map[string]any)
-	e["rebind"], e["direct"] = withPort(names), direct
+	e["rebind"] = withPort(names)
 	return names, resolve, nil
 }
 
@@ -366,6 +376,11 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 			return nil, err
 		}
 	}
+	allow, fixed := slices.Concat(r.AllowDomains, domains), slices.Concat(r.Resolve, resolve)
+	if r.EgressProxy != "" {
+		// The names and answers are that proxy's own.
+		allow, fixed = nil, nil
+	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -390,8 +405,9 @@ func Run(ctx context.Context, b launcher.Backend, r Request, o Options) (*Report
 		DisableInternet: true,
 		Backend:         b.Name(),
 		JudgeURL:        r.JudgeURL,
-		AllowDomains:    slices.Concat(r.AllowDomains, domains),
-		EgressResolve:   slices.Concat(r.Resolve, resolve),
+		AllowDomains:    allow,
+		EgressResolve:   fixed,
+		EgressProxy:     r.EgressProxy,
 		LookupEnv: func(k string) (string, bool) {
 			switch k {
 			case launcher.EnvAPIBaseURL:

@@ -159,7 +159,15 @@ func TestEgressWorld(t *testing.T) {
 	if got := fmt.Sprint(cfg["egress"].(map[string]any)["direct"]); got != "[198.51.100.9:443]" {
 		t.Errorf("direct %s", got)
 	}
-	r.Resolve = nil
+	// A running proxy of the user's: no names added, no rebinding checks.
+	r.EgressProxy = "http://10.200.0.1:3128"
+	cfg, _ = matrixConfig(r)
+	domains, resolve, err = egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}})
+	e = cfg["egress"].(map[string]any)
+	if err != nil || len(domains) != 0 || len(resolve) != 0 || e["rebind"] != nil || fmt.Sprint(e["direct"]) != "[198.51.100.9:443]" {
+		t.Errorf("external proxy: %v %v %v %v", domains, resolve, e, err)
+	}
+	r.Resolve, r.EgressProxy = nil, ""
 	cfg, _ = matrixConfig(r)
 	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}}); err == nil || !strings.Contains(err.Error(), "pass --resolve data.example=ADDRESS") {
 		t.Errorf("unresolved: %v", err)
