@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -150,32 +149,6 @@ func egressBenchWorld(b *testing.B) (near, far ns.NetNS) {
 	return near, testnet.NewRemote(b, near, egressBenchLinkNear, egressBenchLinkFar, egressBenchAddr)
 }
 
-// egressBenchWait waits for addr to accept connections in the near
-// namespace.
-func egressBenchWait(b *testing.B, dial func(context.Context, string, string) (net.Conn, error), addr string, exited <-chan error, logFile string) {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := dial(ctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case err := <-exited:
-			log, _ := os.ReadFile(logFile)
-			b.Fatalf("process for %s exited: %v\n%s", addr, err, log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logFile)
-			b.Fatalf("nothing listens on %s after 20s\n%s", addr, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // egressBenchStartSforge starts `sforge proxy --egress` in the near
 // namespace, as its own process, logging each decision to a file.
 func egressBenchStartSforge(b *testing.B, nsenter, bin string, near ns.NetNS, dir string, dial func(context.Context, string, string) (net.Conn, error)) string {
@@ -186,6 +159,6 @@ func egressBenchStartSforge(b *testing.B, nsenter, bin string, near ns.NetNS, di
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	logFile := filepath.Join(dir, "sforge-egress.log")
 	done := proxyBenchRun(b, cmd, logFile, syscall.SIGTERM)
-	egressBenchWait(b, dial, addr, done, logFile)
+	proxyBenchWaitDial(b, dial, addr, done, logFile)
 	return addr
 }

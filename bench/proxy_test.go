@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -282,9 +283,18 @@ func proxyBenchFreePort(b *testing.B) int {
 }
 
 func proxyBenchWaitPort(b *testing.B, addr string, exited <-chan error, logFile string) {
+	var d net.Dialer
+	proxyBenchWaitDial(b, d.DialContext, addr, exited, logFile)
+}
+
+// proxyBenchWaitDial waits until dial reaches addr, failing when the
+// process behind it exits first or after 20 s.
+func proxyBenchWaitDial(b *testing.B, dial func(context.Context, string, string) (net.Conn, error), addr string, exited <-chan error, logFile string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := dial(ctx, "tcp", addr)
+		cancel()
 		if err == nil {
 			c.Close()
 			return

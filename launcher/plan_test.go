@@ -371,22 +371,11 @@ func TestNewPlanDomains(t *testing.T) {
 		t.Fatalf("open network: domains %v, notices %q", p.AllowDomains, p.Notices)
 	}
 
-	for _, c := range []struct {
-		mod  func(*Request)
-		want string
-	}{
+	requireUsageErrors(t, req, []planChange{
 		{func(r *Request) { r.AllowDomains = []string{"*.com"} }, `--allow-domain[0] "*.com": a wildcard must be under`},
 		{func(r *Request) { r.EgressResolve = []string{"data.example.org"} }, `--resolve "data.example.org": want NAME=ADDRESS`},
 		{func(r *Request) { r.EgressResolve = []string{"x=not-an-ip"} }, `--resolve "x=not-an-ip": want NAME=ADDRESS`},
-	} {
-		r := req
-		c.mod(&r)
-		_, err := NewPlan(r)
-		var ue *UsageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("got %v, want a usage error with %q", err, c.want)
-		}
-	}
+	})
 	r := req
 	r.TaskPath, r.AllowDomains = writeTask(t, taskIsolated), nil
 	if _, err := NewPlan(r); err == nil || !strings.Contains(err.Error(), "--resolve only applies with --allow-domain") {
@@ -435,22 +424,11 @@ func TestNewPlanAPIViaProxy(t *testing.T) {
 	if p, err := NewPlan(open); err != nil || p.APIViaProxy || len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "--api-via-proxy does not apply") {
 		t.Errorf("open network: %v", err)
 	}
-	for _, c := range []struct {
-		mod  func(*Request)
-		want string
-	}{
+	requireUsageErrors(t, req, []planChange{
 		{func(r *Request) { r.APIProxy = true }, "--api-via-proxy and --api-proxy exclude each other"},
 		{func(r *Request) { r.LookupEnv = env(t, EnvAPIBaseURL, "https://203.0.113.9") }, `the API URL "https://203.0.113.9" names an IP address`},
 		{func(r *Request) { r.TaskPath = task; r.APIViaProxy = false; r.APIProxy = true }, `"api_via_proxy" in`},
-	} {
-		r := req
-		c.mod(&r)
-		_, err := NewPlan(r)
-		var ue *UsageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("got %v, want a usage error with %q", err, c.want)
-		}
-	}
+	})
 }
 
 // TestNewPlanExternalEgress: --egress-proxy points the workload at a
@@ -483,15 +461,25 @@ func TestNewPlanExternalEgress(t *testing.T) {
 	if p, err := NewPlan(via); err != nil || p.Env["NO_PROXY"] != "10.0.0.12" || !strings.Contains(strings.Join(p.Notices, "\n"), "which must allow api.example.test") {
 		t.Errorf("--api-via-proxy: %v %v", p, err)
 	}
-	for _, c := range []struct {
-		mod  func(*Request)
-		want string
-	}{
+	requireUsageErrors(t, req, []planChange{
 		{func(r *Request) { r.AllowDomains = []string{"x.example"} }, "--allow-domain and --egress-proxy exclude each other"},
 		{func(r *Request) { r.EgressResolve = []string{"docs.example.com=192.0.2.1"} }, "--resolve is for the egress proxy sforge starts"},
 		{func(r *Request) { r.EgressProxy = "https://10.200.0.1:3128" }, "want the proxy's http:// URL"},
 		{func(r *Request) { r.EgressProxy = "http://127.0.0.1:3128" }, "is this machine's loopback"},
-	} {
+	})
+}
+
+// planChange is a change to a Request and the usage error it must give.
+type planChange struct {
+	mod  func(*Request)
+	want string
+}
+
+// requireUsageErrors: each change to req is refused with a usage error
+// holding its want.
+func requireUsageErrors(t *testing.T, req Request, changes []planChange) {
+	t.Helper()
+	for _, c := range changes {
 		r := req
 		c.mod(&r)
 		_, err := NewPlan(r)
