@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,11 +90,6 @@ func HostNetworks() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Resolver looks names up; *net.Resolver is one.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
-
 // refusal is why a destination is refused, as logged and counted.
 type refusal struct{ reason string }
 
@@ -128,14 +124,11 @@ func (p *Proxy) destinations(ctx context.Context, host string, port uint16) ([]n
 	if !policy.MatchDomain(p.c.Allow, host) {
 		return nil, refusedf("%s is not on the domain allowlist", host)
 	}
-	addrs, ok := p.c.Resolve[host]
-	if !ok {
-		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-		defer cancel()
-		var err error
-		if addrs, err = p.c.Resolver.LookupNetIP(rctx, "ip", host); err != nil {
-			return nil, refusedf("%s does not resolve: %v", host, err)
-		}
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	addrs, err := p.c.Resolver.LookupNetIP(rctx, "ip", host)
+	if err != nil {
+		return nil, refusedf("%s does not resolve: %v", host, err)
 	}
 	var ok2 []netip.Addr
 	var bad []string
@@ -154,17 +147,8 @@ func (p *Proxy) destinations(ctx context.Context, host string, port uint16) ([]n
 }
 
 func (p *Proxy) refusedAddr(a netip.Addr) bool {
-	for _, n := range alwaysRefused {
-		if n.Contains(a) {
-			return true
-		}
-	}
-	for _, n := range p.c.RefuseNets {
-		if n.Contains(a) {
-			return true
-		}
-	}
-	return false
+	in := func(n netip.Prefix) bool { return n.Contains(a) }
+	return slices.ContainsFunc(alwaysRefused, in) || slices.ContainsFunc(p.c.RefuseNets, in)
 }
 
 func (p *Proxy) listedAddr(a netip.Addr, port uint16) bool {

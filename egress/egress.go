@@ -59,9 +59,9 @@ type Config struct {
 	// and port of AllowAddrs, whatever Allow says. Clients that ignore
 	// NO_PROXY reach them through the proxy.
 	Pinned map[string][]netip.Addr
-	// Resolver looks names up at each connection (default
+	// Resolver looks names up at each connection, after Resolve (default
 	// net.DefaultResolver).
-	Resolver Resolver
+	Resolver policy.Resolver
 	// RefuseNets are refused as destinations of a listed name, besides
 	// loopback, link-local, multicast and unspecified: this host's
 	// networks (HostNetworks).
@@ -114,6 +114,7 @@ func New(c Config) (*Proxy, error) {
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver
 	}
+	c.Resolver = policy.FixedResolver{Fixed: c.Resolve, Next: c.Resolver}
 	if c.Proxy == nil {
 		c.Proxy = http.ProxyFromEnvironment
 	}

@@ -105,10 +105,6 @@ type Plan struct {
 	AllowDomains   []policy.DomainPattern
 	EgressResolve  map[string][]netip.Addr
 	EgressProxyURL string
-	// APIViaProxy, when isolated, puts the API's name on AllowDomains and
-	// its addresses off the workload's allowlist: the egress proxy
-	// reaches it, resolving it at each connection.
-	APIViaProxy bool
 	// ExternalEgress says EgressProxyURL is a proxy sforge did not start
 	// (--egress-proxy): what it allows is its own configuration.
 	ExternalEgress bool
@@ -423,9 +419,13 @@ func (p *Plan) apiThroughEgress(source string) error {
 	if _, err := netip.ParseAddr(p.api.Host); err == nil {
 		return usagef("%s: the API URL %q names an IP address; the egress proxy allows names, and checks them against the TLS server name: use the API's name (with --resolve NAME=%s if it has none)", source, p.APIBaseURL, p.api.Host)
 	}
-	p.APIViaProxy, p.apiVia, p.api = true, p.api, nil
+	p.apiVia, p.api = p.api, nil
 	return nil
 }
+
+// APIViaProxy says the API goes through the egress proxy: its name is on
+// AllowDomains and its addresses are off the workload's allowlist.
+func (p *Plan) APIViaProxy() bool { return p.apiVia != nil }
 
 // APIEndpoints resolves the API that goes through the egress proxy, as the
 // proxy would (--resolve first), to the endpoints the proxy may reach even
@@ -436,28 +436,9 @@ func (p *Plan) APIEndpoints(ctx context.Context, r policy.Resolver, timeout time
 	if p.apiVia == nil {
 		return nil, nil
 	}
-	if len(host.Aliases) > 0 {
-		r = aliasResolver{aliases: host.Aliases, next: r}
-	}
-	r = fixedResolver{fixed: p.EgressResolve, next: r}
+	r = policy.FixedResolver{Fixed: p.EgressResolve, Next: host.resolver(r)}
 	endpoints, _, err := policy.Resolve(ctx, r, timeout, *p.apiVia)
 	return endpoints, err
-}
-
-// fixedResolver answers from --resolve before asking next.
-type fixedResolver struct {
-	fixed map[string][]netip.Addr
-	next  policy.Resolver
-}
-
-func (r fixedResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if a, ok := r.fixed[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
-		return a, nil
-	}
-	if r.next == nil {
-		return nil, fmt.Errorf("no resolver for %s", host)
-	}
-	return r.next.LookupNetIP(ctx, network, host)
 }
 
 // UseEgressProxy points the agent at the in-process egress proxy: url is
@@ -628,10 +609,7 @@ func (p *Plan) Resolve(ctx context.Context, r policy.Resolver, timeout time.Dura
 	if !p.Isolated {
 		return nil
 	}
-	if len(host.Aliases) > 0 {
-		r = aliasResolver{aliases: host.Aliases, next: r}
-	}
-	endpoints, resolved, err := policy.Resolve(ctx, r, timeout, p.Targets()...)
+	endpoints, resolved, err := policy.Resolve(ctx, host.resolver(r), timeout, p.Targets()...)
 	if err != nil {
 		return err
 	}
@@ -655,19 +633,17 @@ func (p *Plan) Resolve(ctx context.Context, r policy.Resolver, timeout time.Dura
 	return nil
 }
 
-type aliasResolver struct {
-	aliases map[string]netip.Addr
-	next    policy.Resolver
-}
-
-func (r aliasResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if a, ok := r.aliases[strings.ToLower(host)]; ok {
-		return []netip.Addr{a}, nil
+// resolver answers the names the backend knows (host.docker.internal)
+// with the address it gave, and asks next for any other.
+func (h HostInfo) resolver(next policy.Resolver) policy.Resolver {
+	if len(h.Aliases) == 0 {
+		return next
 	}
-	if r.next == nil {
-		return nil, fmt.Errorf("no resolver for %s", host)
+	fixed := make(map[string][]netip.Addr, len(h.Aliases))
+	for name, a := range h.Aliases {
+		fixed[strings.ToLower(name)] = []netip.Addr{a}
 	}
-	return r.next.LookupNetIP(ctx, network, host)
+	return policy.FixedResolver{Fixed: fixed, Next: next}
 }
 
 // workloadName is sforge-<task>-<8 hex>: unique per run, recognisable in

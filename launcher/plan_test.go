@@ -394,8 +394,8 @@ func TestNewPlanAPIViaProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.APIViaProxy || len(p.AllowDomains) != 1 || p.AllowDomains[0].String() != "api.example.test" {
-		t.Fatalf("via %v, domains %v", p.APIViaProxy, p.AllowDomains)
+	if !p.APIViaProxy() || len(p.AllowDomains) != 1 || p.AllowDomains[0].String() != "api.example.test" {
+		t.Fatalf("via %v, domains %v", p.APIViaProxy(), p.AllowDomains)
 	}
 	if err := p.UseEgressProxy("http://host.docker.internal:41000"); err != nil {
 		t.Fatal(err)
@@ -416,12 +416,12 @@ func TestNewPlanAPIViaProxy(t *testing.T) {
 	task := writeTask(t, `{"name":"t","image":"img:1","agent_query":"q","internet":false,"api_via_proxy":true}`)
 	fromTask := req
 	fromTask.TaskPath, fromTask.APIViaProxy = task, false
-	if p, err := NewPlan(fromTask); err != nil || !p.APIViaProxy {
+	if p, err := NewPlan(fromTask); err != nil || !p.APIViaProxy() {
 		t.Errorf("the task's api_via_proxy: %v %v", p, err)
 	}
 	open := req
 	open.EnableInternet = true
-	if p, err := NewPlan(open); err != nil || p.APIViaProxy || len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "--api-via-proxy does not apply") {
+	if p, err := NewPlan(open); err != nil || p.APIViaProxy() || len(p.Notices) != 1 || !strings.Contains(p.Notices[0], "--api-via-proxy does not apply") {
 		t.Errorf("open network: %v", err)
 	}
 	requireUsageErrors(t, req, []planChange{

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,25 @@ type Resolver interface {
 }
 
 var _ Resolver = (*net.Resolver)(nil)
+
+// FixedResolver answers the names of Fixed (lower case, without a final
+// dot: --resolve NAME=ADDRESS, a backend's host.docker.internal) itself
+// and asks Next for any other.
+type FixedResolver struct {
+	Fixed map[string][]netip.Addr
+	Next  Resolver
+}
+
+// LookupNetIP implements Resolver.
+func (r FixedResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := r.Fixed[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return a, nil
+	}
+	if r.Next == nil {
+		return nil, fmt.Errorf("no resolver for %s", host)
+	}
+	return r.Next.LookupNetIP(ctx, network, host)
+}
 
 // DefaultResolveTimeout bounds the lookup of all targets together.
 const DefaultResolveTimeout = 5 * time.Second

@@ -148,7 +148,7 @@ func openTunnel(proxy func() (string, error), target string, timeout time.Durati
 	return c, br, nil
 }
 
-// answerError is a CONNECT the proxy did not answer 200.
+// answerError is an answer of the proxy other than 200.
 type answerError struct {
 	status string
 	code   int
@@ -230,9 +230,8 @@ func tryPlain(proxy func() (string, error), target string, timeout time.Duration
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	// A 502 is a refusal too late: the proxy tried to reach the target.
-	if resp.StatusCode == http.StatusForbidden && strings.HasPrefix(string(body), "sforge egress proxy:") {
-		return fmt.Errorf("the proxy answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	if ae := (&answerError{status: resp.Status, code: resp.StatusCode, body: strings.TrimSpace(string(body))}); ae.refusal() {
+		return ae
 	}
 	return nil
 }

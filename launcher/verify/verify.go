@@ -9,6 +9,7 @@ package verify
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,17 +221,15 @@ func egressWorld(ctx context.Context, r Request, cfg map[string]any, o Options) 
 	exact, _ := exactDomains(r.AllowDomains)
 	fixed, _ := egress.ParseResolve("--resolve", r.Resolve)
 	first := exact[0]
-	addrs, ok := fixed[first]
-	if !ok {
-		res := o.Resolver
-		if res == nil {
-			res = net.DefaultResolver
-		}
-		rctx, cancel := context.WithTimeout(ctx, cmpDuration(o.ResolveTimeout, policy.DefaultResolveTimeout))
-		defer cancel()
-		if addrs, err = res.LookupNetIP(rctx, "ip4", first); err != nil {
-			return nil, nil, fmt.Errorf("--allow-domain %s: does not resolve here (%v): the probe tries its address around the proxy; pass --resolve %s=ADDRESS", first, err, first)
-		}
+	var next policy.Resolver = net.DefaultResolver
+	if o.Resolver != nil {
+		next = o.Resolver
+	}
+	rctx, cancel := context.WithTimeout(ctx, cmp.Or(o.ResolveTimeout, policy.DefaultResolveTimeout))
+	defer cancel()
+	addrs, err := policy.FixedResolver{Fixed: fixed, Next: next}.LookupNetIP(rctx, "ip4", first)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--allow-domain %s: does not resolve here (%v): the probe tries its address around the proxy; pass --resolve %s=ADDRESS", first, err, first)
 	}
 	var direct []string
 	for _, a := range addrs {
@@ -279,13 +278,6 @@ func hostAddr() netip.Addr {
 		}
 	}
 	return netip.Addr{}
-}
-
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // WriteTask writes the throw-away task into dir and returns its path: the

@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sforge-dev/netiso/launcher/task"
+	"github.com/sforge-dev/netiso/policy"
 )
 
 func TestMatrixConfig(t *testing.T) {
@@ -112,15 +112,6 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-type fixedResolver map[string][]netip.Addr
-
-func (f fixedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := f[host]; ok {
-		return a, nil
-	}
-	return nil, errors.New("no such host")
-}
-
 // TestEgressWorld: with a domain allowlist the probe is told the listed
 // names, an unlisted one resolving where the first listed name does,
 // names that resolve into loopback, the metadata address and this host,
@@ -131,7 +122,7 @@ func TestEgressWorld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	domains, resolve, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{"data.example": {netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")}}})
+	domains, resolve, err := egressWorld(context.Background(), r, cfg, Options{Resolver: policy.FixedResolver{Fixed: map[string][]netip.Addr{"data.example": {netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +144,7 @@ func TestEgressWorld(t *testing.T) {
 	// not resolve says how to fix it.
 	r.Resolve = []string{"data.example=198.51.100.9"}
 	cfg, _ = matrixConfig(r)
-	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}}); err != nil {
+	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: policy.FixedResolver{}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(cfg["egress"].(map[string]any)["direct"]); got != "[198.51.100.9:443]" {
@@ -162,14 +153,14 @@ func TestEgressWorld(t *testing.T) {
 	// A running proxy of the user's: no names added, no rebinding checks.
 	r.EgressProxy = "http://10.200.0.1:3128"
 	cfg, _ = matrixConfig(r)
-	domains, resolve, err = egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}})
+	domains, resolve, err = egressWorld(context.Background(), r, cfg, Options{Resolver: policy.FixedResolver{}})
 	e = cfg["egress"].(map[string]any)
 	if err != nil || len(domains) != 0 || len(resolve) != 0 || e["rebind"] != nil || fmt.Sprint(e["direct"]) != "[198.51.100.9:443]" {
 		t.Errorf("external proxy: %v %v %v %v", domains, resolve, e, err)
 	}
 	r.Resolve, r.EgressProxy = nil, ""
 	cfg, _ = matrixConfig(r)
-	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: fixedResolver{}}); err == nil || !strings.Contains(err.Error(), "pass --resolve data.example=ADDRESS") {
+	if _, _, err := egressWorld(context.Background(), r, cfg, Options{Resolver: policy.FixedResolver{}}); err == nil || !strings.Contains(err.Error(), "pass --resolve data.example=ADDRESS") {
 		t.Errorf("unresolved: %v", err)
 	}
 }
